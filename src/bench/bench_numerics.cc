@@ -1,0 +1,88 @@
+// `fp8rl bench numerics`: codec and quantizer throughput against the streaming read bandwidth.
+//
+// Every case streams an input of `options.mib` MiB of FP32 (or the FP8 codes made from it) once
+// per run; the figure `gbps` counts the input bytes read per second, `gbps_moved` the bytes read
+// plus written. Each figure is compared with the read bandwidth measured in the same run.
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "bench/bench_suites.h"
+#include "core/cpu_features.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "numerics/codec.h"
+#include "numerics/quantize.h"
+
+namespace fp8rl::bench {
+namespace {
+
+struct Case {
+  const char* name;
+  double bytes_in;
+  double bytes_out;
+  std::function<void(Isa)> run;
+};
+
+}  // namespace
+
+void run_numerics_bench(const BenchOptions& options) {
+  const int64_t cols = 8192;
+  const int64_t rows = std::max<int64_t>(1, options.mib * (1 << 20) / 4 / cols);
+  const int64_t n = rows * cols;
+  if (!options.json) {
+    fmt::print("# numerics bench: FP32 input [{}, {}] = {} MiB, one thread, median of {} runs; CPU: {}\n", rows,
+               cols, n * 4 >> 20, options.repeats, cpu_features().describe());
+  }
+
+  Tensor x(DType::kF32, Shape{rows, cols});
+  fill_uniform(x.data<float>(), n, -4.0f, 4.0f, /*seed=*/1, /*stream=*/0);
+  std::vector<uint8_t> codes(static_cast<size_t>(n));
+  std::vector<bf16_t> halves(static_cast<size_t>(n));
+  Tensor y(DType::kF32, Shape{rows, cols});
+  QuantizedTensor q_rows(ScalingMode::kRows1x128, rows, cols, ScaleFormat::kFp32, false);
+  QuantizedTensor q_blocks(ScalingMode::kBlocks128x128, rows, cols, ScaleFormat::kFp32, false);
+  quantize_into(x.view(), q_blocks);
+  e4m3_encode_f32(x.data<float>(), codes.data(), n);
+
+  const double limit = measure_read_bandwidth_gbps(n * 4, options.repeats);
+  nlohmann::ordered_json bw = {{"suite", "numerics"}, {"case", "read_bandwidth"}, {"threads", 1},
+                               {"gbps", limit},       {"bytes", n * 4}};
+  emit(bw, options);
+
+  const double f32_bytes = static_cast<double>(n) * 4, code_bytes = static_cast<double>(n);
+  const std::vector<Case> cases = {
+      {"e4m3_decode_bf16", code_bytes, code_bytes * 2,
+       [&](Isa isa) { e4m3_decode_bf16(codes.data(), halves.data(), n, isa); }},
+      {"e4m3_encode", f32_bytes, code_bytes, [&](Isa isa) { e4m3_encode_f32(x.data<float>(), codes.data(), n, isa); }},
+      {"quantize_rows_1x128", f32_bytes, code_bytes, [&](Isa isa) { quantize_into(x.view(), q_rows, isa); }},
+      {"quantize_blocks_128x128", f32_bytes, code_bytes, [&](Isa isa) { quantize_into(x.view(), q_blocks, isa); }},
+      {"dequantize_blocks_128x128", code_bytes, f32_bytes,
+       [&](Isa isa) { dequantize(q_blocks.rowwise, y.view(), isa); }},
+  };
+  std::vector<Isa> isas = {Isa::kPortable};
+  if (cpu_features().has_avx512_kernels()) isas.push_back(Isa::kAvx512);
+
+  for (const Case& c : cases) {
+    double portable_seconds = 0.0;
+    for (Isa isa : isas) {
+      const double seconds = time_median([&] { c.run(isa); }, options.repeats);
+      if (isa == Isa::kPortable) portable_seconds = seconds;
+      const double gbps = c.bytes_in / seconds / 1e9;
+      nlohmann::ordered_json r = {{"suite", "numerics"},
+                                  {"case", c.name},
+                                  {"isa", isa_name(isa)},
+                                  {"threads", 1},
+                                  {"seconds", seconds},
+                                  {"gbps", gbps},
+                                  {"gbps_moved", (c.bytes_in + c.bytes_out) / seconds / 1e9},
+                                  {"limit", "read_bandwidth"},
+                                  {"limit_gbps", limit},
+                                  {"ratio_to_limit", gbps / limit}};
+      if (isa != Isa::kPortable) r["speedup_vs_portable"] = portable_seconds / seconds;
+      emit(r, options);
+    }
+  }
+}
+
+}  // namespace fp8rl::bench

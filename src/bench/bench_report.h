@@ -1,0 +1,33 @@
+// Shared plumbing of the `fp8rl bench <suite>` commands: timing with warm-up and medians, the
+// machine limits every figure is compared against, and one output line per case (a JSON object
+// with --json, a readable line otherwise).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fp8rl::bench {
+
+struct BenchOptions {
+  bool json = false;
+  int repeats = 5;  // timed runs per case after one warm-up run
+  int64_t mib = 256;  // working-set size of the streaming cases
+};
+
+double median(std::vector<double> values);
+
+// Runs `fn` once to warm up, then `repeats` times; returns the median wall time in seconds.
+double time_median(const std::function<void()>& fn, int repeats);
+
+// Streaming read bandwidth of this machine in GB/s (1e9 bytes/s), one thread, measured over a
+// buffer of `bytes` (median of `repeats` passes after a warm-up pass).
+double measure_read_bandwidth_gbps(int64_t bytes, int repeats);
+
+// Prints one record: `{"suite": ..., "case": ..., ...}` with --json, else "suite/case  k=v ...".
+void emit(const nlohmann::ordered_json& record, const BenchOptions& options);
+
+}  // namespace fp8rl::bench

@@ -1,0 +1,86 @@
+#include "core/cpu_features.h"
+
+#include <cpuid.h>
+
+#include <cstdint>
+
+#include "core/check.h"
+
+namespace fp8rl {
+namespace {
+
+uint64_t read_xcr0() {
+  uint32_t eax = 0, edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool osxsave = ecx & (1u << 27);
+  f.fma = ecx & (1u << 12);
+  if (osxsave) {
+    const uint64_t xcr0 = read_xcr0();
+    // Bits 1-2: SSE/AVX state; bits 5-7: opmask, upper ZMM0-15, ZMM16-31.
+    f.os_saves_zmm = (xcr0 & 0xE6) == 0xE6;
+  }
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
+    f.avx2 = ebx & (1u << 5);
+    f.avx512f = ebx & (1u << 16);
+    f.avx512dq = ebx & (1u << 17);
+    f.avx512bw = ebx & (1u << 30);
+    f.avx512vl = ebx & (1u << 31);
+    f.avx512_vbmi = ecx & (1u << 1);
+    f.avx512_vnni = ecx & (1u << 11);
+    f.amx_bf16 = edx & (1u << 22);
+  }
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) f.avx512_bf16 = eax & (1u << 5);
+  return f;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+std::string CpuFeatures::describe() const {
+  std::string s;
+  auto add = [&](bool on, const char* name) {
+    if (on) s += s.empty() ? name : std::string(" ") + name;
+  };
+  add(avx2, "avx2");
+  add(fma, "fma");
+  add(avx512f, "avx512f");
+  add(avx512bw, "avx512bw");
+  add(avx512vl, "avx512vl");
+  add(avx512dq, "avx512dq");
+  add(avx512_bf16, "avx512_bf16");
+  add(avx512_vbmi, "avx512_vbmi");
+  add(avx512_vnni, "avx512_vnni");
+  add(amx_bf16, "amx_bf16");
+  s += has_avx512_kernels() ? " (avx512 kernels: yes)" : " (avx512 kernels: no, portable path)";
+  return s;
+}
+
+Isa resolve_isa(Isa requested) {
+  const bool avx512 = cpu_features().has_avx512_kernels();
+  if (requested == Isa::kAuto) return avx512 ? Isa::kAvx512 : Isa::kPortable;
+  FP8RL_CHECK(requested != Isa::kAvx512 || avx512,
+              "AVX-512 kernels requested but this CPU lacks them: {}", cpu_features().describe());
+  return requested;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAuto: return "auto";
+    case Isa::kPortable: return "portable";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace fp8rl

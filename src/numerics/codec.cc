@@ -1,0 +1,47 @@
+#include "numerics/codec.h"
+
+#include "numerics/e4m3.h"
+
+namespace fp8rl {
+
+namespace detail {
+const E4m3DecodeTables& e4m3_decode_tables() {
+  static const E4m3DecodeTables tables = [] {
+    E4m3DecodeTables t{};
+    for (int code = 0; code < 128; ++code) {
+      const bf16_t h = e4m3_to_bf16(static_cast<uint8_t>(code));
+      t.bf16_high[code] = static_cast<uint8_t>(h >> 8);
+      t.bf16_low[code] = static_cast<uint8_t>(h & 0xFF);
+    }
+    return t;
+  }();
+  return tables;
+}
+}  // namespace detail
+
+void e4m3_encode_f32(const float* in, uint8_t* out, int64_t n, Isa isa) {
+  if (resolve_isa(isa) == Isa::kAvx512) return detail::e4m3_encode_f32_avx512(in, out, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_e4m3(in[i]);
+}
+
+void e4m3_decode_f32(const uint8_t* in, float* out, int64_t n, Isa isa) {
+  if (resolve_isa(isa) == Isa::kAvx512) return detail::e4m3_decode_f32_avx512(in, out, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(in[i]);
+}
+
+void e4m3_decode_bf16(const uint8_t* in, bf16_t* out, int64_t n, Isa isa) {
+  if (resolve_isa(isa) == Isa::kAvx512) return detail::e4m3_decode_bf16_avx512(in, out, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_bf16(in[i]);
+}
+
+void bf16_encode_f32(const float* in, bf16_t* out, int64_t n, Isa isa) {
+  if (resolve_isa(isa) == Isa::kAvx512) return detail::bf16_encode_f32_avx512(in, out, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+}
+
+void bf16_decode_f32(const bf16_t* in, float* out, int64_t n, Isa isa) {
+  if (resolve_isa(isa) == Isa::kAvx512) return detail::bf16_decode_f32_avx512(in, out, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,225 @@
+// Block loops of the quantizers. The per-run inner loops come from quantize_kernels.h, so the
+// structure below is shared by every instruction set.
+#include "numerics/quantize.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "numerics/quantize_kernels.h"
+
+namespace fp8rl {
+namespace {
+
+using detail::DestKernels;
+using detail::QuantizeKernels;
+using detail::SourceKernels;
+
+constexpr int64_t kB = kQuantBlock;
+// Column panel of the 128x1 quantizer: 128 rows x 512 FP32 columns = 256 KiB stays in L2
+// between the amax pass and the encode pass.
+constexpr int64_t kColPanel = 512;
+
+const QuantizeKernels& kernels_for(Isa isa) {
+  return resolve_isa(isa) == Isa::kAvx512 ? detail::quantize_kernels_avx512() : detail::quantize_kernels_portable();
+}
+
+// A read-only 2-D source: rows `ld` elements apart, `elem` bytes per element.
+struct Source {
+  const std::byte* data;
+  int64_t rows, cols, ld;
+  size_t elem;
+  const void* at(int64_t r, int64_t c) const { return data + (r * ld + c) * static_cast<int64_t>(elem); }
+};
+
+bool is_valid_mode(ScalingMode mode) {
+  switch (mode) {
+    case ScalingMode::kPerTensor:
+    case ScalingMode::kRows1x128:
+    case ScalingMode::kCols128x1:
+    case ScalingMode::kBlocks128x128: return true;
+  }
+  return false;
+}
+
+void check_matrix_view(const TensorView& v, const char* what) {
+  FP8RL_CHECK(v.rank() == 2, "{}: expected a 2-D tensor, got {}", what, v.str());
+  FP8RL_CHECK(v.dtype == DType::kF32 || v.dtype == DType::kBF16, "{}: expected dtype f32 or bf16, got {}", what,
+              v.str());
+  FP8RL_CHECK(v.strides[1] == 1, "{}: columns must be contiguous (stride 1), got {}", what, v.str());
+  FP8RL_CHECK(v.strides[0] >= v.shape[1], "{}: row stride must be >= the column count, got {}", what, v.str());
+  FP8RL_CHECK(v.data != nullptr || v.numel() == 0, "{}: null data pointer for {}", what, v.str());
+}
+
+void check_matrix_storage(const QuantizedMatrix& q, const char* what) {
+  FP8RL_CHECK(is_valid_mode(q.mode), "{}: unsupported scaling mode {}", what, static_cast<int>(q.mode));
+  FP8RL_CHECK_EQ(q.codes.size(), static_cast<size_t>(q.rows * q.cols));
+  FP8RL_CHECK_EQ(q.scale_inv.size(), static_cast<size_t>(q.scales().numel()));
+}
+
+// ---- row-wise modes -------------------------------------------------------------------------
+
+void quantize_rows_1x128(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
+  const int64_t scale_cols = q.scales().cols;
+  for (int64_t r = 0; r < x.rows; ++r) {
+    for (int64_t c0 = 0, cb = 0; c0 < x.cols; c0 += kB, ++cb) {
+      const int64_t n = std::min(kB, x.cols - c0);
+      const float qs = quant_multiplier_from_amax_bits(k.amax_bits(x.at(r, c0), n), f);
+      k.scale_encode(x.at(r, c0), n, qs, q.codes.data() + r * x.cols + c0);
+      q.scale_inv[static_cast<size_t>(r * scale_cols + cb)] = 1.0f / qs;
+    }
+  }
+}
+
+void quantize_blocks_128x128(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
+  const int64_t scale_cols = q.scales().cols;
+  for (int64_t r0 = 0, rb = 0; r0 < x.rows; r0 += kB, ++rb) {
+    const int64_t m = std::min(kB, x.rows - r0);
+    for (int64_t c0 = 0, cb = 0; c0 < x.cols; c0 += kB, ++cb) {
+      const int64_t n = std::min(kB, x.cols - c0);
+      uint32_t amax = 0;
+      for (int64_t r = r0; r < r0 + m; ++r) amax = std::max(amax, k.amax_bits(x.at(r, c0), n));
+      const float qs = quant_multiplier_from_amax_bits(amax, f);
+      for (int64_t r = r0; r < r0 + m; ++r) k.scale_encode(x.at(r, c0), n, qs, q.codes.data() + r * x.cols + c0);
+      q.scale_inv[static_cast<size_t>(rb * scale_cols + cb)] = 1.0f / qs;
+    }
+  }
+}
+
+void quantize_per_tensor(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
+  uint32_t amax = 0;
+  for (int64_t r = 0; r < x.rows; ++r) amax = std::max(amax, k.amax_bits(x.at(r, 0), x.cols));
+  const float qs = quant_multiplier_from_amax_bits(amax, f);
+  for (int64_t r = 0; r < x.rows; ++r) k.scale_encode(x.at(r, 0), x.cols, qs, q.codes.data() + r * x.cols);
+  q.scale_inv[0] = 1.0f / qs;
+}
+
+// 128x1 blocks along rows. Writes either the row-major kCols128x1 layout (`transposed` false:
+// codes [rows, cols], scales [ceil(rows/128), cols]) or its transpose, the column-wise copy of a
+// 1x128-rows tensor (`transposed` true: codes [cols, rows], scales [cols, ceil(rows/128)]).
+void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q,
+                         bool transposed) {
+  std::vector<uint32_t> amax(static_cast<size_t>(kColPanel));
+  std::vector<float> qs(static_cast<size_t>(kColPanel));
+  std::vector<uint8_t> tile(transposed ? static_cast<size_t>(kB * kColPanel) : 0);
+  const int64_t row_blocks = (x.rows + kB - 1) / kB;
+  for (int64_t r0 = 0, rb = 0; r0 < x.rows; r0 += kB, ++rb) {
+    const int64_t m = std::min(kB, x.rows - r0);
+    for (int64_t c0 = 0; c0 < x.cols; c0 += kColPanel) {
+      const int64_t n = std::min(kColPanel, x.cols - c0);
+      std::fill(amax.begin(), amax.end(), 0u);
+      for (int64_t r = r0; r < r0 + m; ++r) k.amax_bits_accumulate(x.at(r, c0), n, amax.data());
+      for (int64_t c = 0; c < n; ++c) {
+        qs[static_cast<size_t>(c)] = quant_multiplier_from_amax_bits(amax[static_cast<size_t>(c)], f);
+        const size_t at = transposed ? static_cast<size_t>((c0 + c) * row_blocks + rb)
+                                     : static_cast<size_t>(rb * x.cols + c0 + c);
+        q.scale_inv[at] = 1.0f / qs[static_cast<size_t>(c)];
+      }
+      for (int64_t r = r0; r < r0 + m; ++r) {
+        uint8_t* dst = transposed ? tile.data() + (r - r0) * kColPanel : q.codes.data() + r * x.cols + c0;
+        k.scale_encode_each(x.at(r, c0), n, qs.data(), dst);
+      }
+      if (transposed) {
+        for (int64_t c = 0; c < n; ++c)
+          for (int64_t r = 0; r < m; ++r) q.codes[static_cast<size_t>((c0 + c) * x.rows + r0 + r)] = tile[static_cast<size_t>(r * kColPanel + c)];
+      }
+    }
+  }
+}
+
+// dst = transpose(src) for a [rows, cols] byte matrix, in 32x32 tiles.
+void transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
+  constexpr int64_t kT = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kT)
+    for (int64_t c0 = 0; c0 < cols; c0 += kT)
+      for (int64_t r = r0; r < std::min(rows, r0 + kT); ++r)
+        for (int64_t c = c0; c < std::min(cols, c0 + kT); ++c) dst[c * rows + r] = src[r * cols + c];
+}
+
+void transpose_scales(const QuantizedMatrix& from, QuantizedMatrix& to) {
+  const ScaleShape s = from.scales();
+  for (int64_t i = 0; i < s.rows; ++i)
+    for (int64_t j = 0; j < s.cols; ++j)
+      to.scale_inv[static_cast<size_t>(j * s.rows + i)] = from.scale_inv[static_cast<size_t>(i * s.cols + j)];
+}
+
+}  // namespace
+
+void quantize_into(const TensorView& src, QuantizedTensor& dst, Isa isa) {
+  check_matrix_view(src, "quantize source");
+  check_matrix_storage(dst.rowwise, "quantize destination");
+  FP8RL_CHECK(src.shape[0] == dst.rows() && src.shape[1] == dst.cols(),
+              "quantize: source {} does not match the destination's shape [{}, {}]", src.str(), dst.rows(),
+              dst.cols());
+  FP8RL_CHECK(dst.scale_format == ScaleFormat::kFp32 || dst.scale_format == ScaleFormat::kPow2,
+              "quantize: unsupported scale format {}", static_cast<int>(dst.scale_format));
+  if (dst.columnwise) {
+    check_matrix_storage(*dst.columnwise, "quantize column-wise destination");
+    FP8RL_CHECK(dst.columnwise->rows == dst.cols() && dst.columnwise->cols == dst.rows() &&
+                    dst.columnwise->mode == columnwise_mode(dst.mode()),
+                "quantize: column-wise copy {} is not the transpose layout of {}", dst.columnwise->str(),
+                dst.rowwise.str());
+  }
+  const QuantizeKernels& kernels = kernels_for(isa);
+  const SourceKernels& k = src.dtype == DType::kF32 ? kernels.from_f32 : kernels.from_bf16;
+  const Source x{static_cast<const std::byte*>(src.data), src.shape[0], src.shape[1], src.strides[0],
+                 dtype_size(src.dtype)};
+  const ScaleFormat f = dst.scale_format;
+  switch (dst.mode()) {
+    case ScalingMode::kPerTensor: quantize_per_tensor(x, k, f, dst.rowwise); break;
+    case ScalingMode::kRows1x128: quantize_rows_1x128(x, k, f, dst.rowwise); break;
+    case ScalingMode::kCols128x1: quantize_cols_128x1(x, k, f, dst.rowwise, /*transposed=*/false); break;
+    case ScalingMode::kBlocks128x128: quantize_blocks_128x128(x, k, f, dst.rowwise); break;
+  }
+  if (!dst.columnwise) return;
+  QuantizedMatrix& t = *dst.columnwise;
+  if (dst.mode() == ScalingMode::kRows1x128) {
+    // The source's 128x1 blocks, written transposed.
+    quantize_cols_128x1(x, k, f, t, /*transposed=*/true);
+  } else {
+    // Per-tensor, 128x128 and 128x1 blocks are the same sets of elements after transposition,
+    // so the transposed codes and scales are exactly the transposed source's quantization.
+    transpose_bytes(dst.rowwise.codes.data(), dst.rows(), dst.cols(), t.codes.data());
+    transpose_scales(dst.rowwise, t);
+  }
+}
+
+QuantizedTensor quantize(const TensorView& src, ScalingMode mode, ScaleFormat format, bool with_columnwise,
+                         Isa isa) {
+  FP8RL_CHECK(is_valid_mode(mode), "quantize: unsupported scaling mode {}", static_cast<int>(mode));
+  check_matrix_view(src, "quantize source");
+  QuantizedTensor q(mode, src.shape[0], src.shape[1], format, with_columnwise);
+  quantize_into(src, q, isa);
+  return q;
+}
+
+void dequantize(const QuantizedMatrix& q, const TensorView& dst, Isa isa) {
+  check_matrix_storage(q, "dequantize source");
+  check_matrix_view(dst, "dequantize destination");
+  FP8RL_CHECK(dst.shape[0] == q.rows && dst.shape[1] == q.cols,
+              "dequantize: destination {} does not match the quantized shape [{}, {}]", dst.str(), q.rows, q.cols);
+  const QuantizeKernels& kernels = kernels_for(isa);
+  const DestKernels& k = dst.dtype == DType::kF32 ? kernels.to_f32 : kernels.to_bf16;
+  const int64_t elem = static_cast<int64_t>(dtype_size(dst.dtype));
+  auto* out = static_cast<std::byte*>(dst.data);
+  const ScaleShape s = q.scales();
+  for (int64_t r = 0; r < q.rows; ++r) {
+    const uint8_t* codes = q.codes.data() + r * q.cols;
+    std::byte* row = out + r * dst.strides[0] * elem;
+    switch (q.mode) {
+      case ScalingMode::kPerTensor: k.decode_scale(codes, q.cols, q.scale_inv[0], row); break;
+      case ScalingMode::kCols128x1:
+        k.decode_scale_each(codes, q.cols, q.scale_inv.data() + (r / kB) * s.cols, row);
+        break;
+      case ScalingMode::kRows1x128:
+      case ScalingMode::kBlocks128x128:
+        for (int64_t c0 = 0; c0 < q.cols; c0 += kB) {
+          k.decode_scale(codes + c0, std::min(kB, q.cols - c0), q.scale_at(r, c0), row + c0 * elem);
+        }
+        break;
+    }
+  }
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,136 @@
+// AVX-512 quantizer inner loops; bit-identical to quantize_portable.cc.
+#include <cstdint>
+
+#include "numerics/bf16.h"
+#include "numerics/quantize_kernels.h"
+#include "numerics/simd_target.h"
+
+FP8RL_AVX512_BEGIN
+#include "numerics/avx512_codec_inl.h"
+
+namespace fp8rl::detail {
+namespace {
+
+using avx512::first_bytes_mask;
+
+inline __mmask16 mask16(int64_t left) { return static_cast<__mmask16>(first_bytes_mask(left)); }
+
+// 16 source values as FP32; masked-off lanes read as +0 (which never changes an amax).
+inline __m512 load16(const float* x) { return _mm512_loadu_ps(x); }
+inline __m512 load16(const bf16_t* x) {
+  return avx512::bf16_decode16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+}
+inline __m512 load16(const float* x, __mmask16 m) { return _mm512_maskz_loadu_ps(m, x); }
+inline __m512 load16(const bf16_t* x, __mmask16 m) { return avx512::bf16_decode16(_mm256_maskz_loadu_epi16(m, x)); }
+
+inline void store16(float* out, __m512 v) { _mm512_storeu_ps(out, v); }
+inline void store16(bf16_t* out, __m512 v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), avx512::bf16_encode16(v));
+}
+inline void store16(float* out, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(out, m, v); }
+inline void store16(bf16_t* out, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(out, m, avx512::bf16_encode16(v)); }
+
+template <typename T>
+uint32_t amax_bits(const void* xv, int64_t n) {
+  const T* x = static_cast<const T*>(xv);
+  __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    m0 = _mm512_max_epu32(m0, avx512::abs_bits16(load16(x + i)));
+    m1 = _mm512_max_epu32(m1, avx512::abs_bits16(load16(x + i + 16)));
+    m2 = _mm512_max_epu32(m2, avx512::abs_bits16(load16(x + i + 32)));
+    m3 = _mm512_max_epu32(m3, avx512::abs_bits16(load16(x + i + 48)));
+  }
+  for (; i < n; i += 16) m0 = _mm512_max_epu32(m0, avx512::abs_bits16(load16(x + i, mask16(n - i))));
+  return _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_max_epu32(m0, m1), _mm512_max_epu32(m2, m3)));
+}
+
+template <typename T>
+void amax_bits_accumulate(const void* xv, int64_t n, uint32_t* acc) {
+  const T* x = static_cast<const T*>(xv);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = mask16(n - i);
+    const __m512i a = _mm512_maskz_loadu_epi32(m, acc + i);
+    _mm512_mask_storeu_epi32(acc + i, m, _mm512_max_epu32(a, avx512::abs_bits16(load16(x + i, m))));
+  }
+}
+
+template <typename T>
+void scale_encode(const void* xv, int64_t n, float qs, uint8_t* out) {
+  const T* x = static_cast<const T*>(xv);
+  const __m512 q = _mm512_set1_ps(qs);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), avx512::e4m3_encode16(_mm512_mul_ps(load16(x + i), q)));
+  }
+  if (i < n) {
+    const __mmask16 m = mask16(n - i);
+    _mm_mask_storeu_epi8(out + i, m, avx512::e4m3_encode16(_mm512_mul_ps(load16(x + i, m), q)));
+  }
+}
+
+template <typename T>
+void scale_encode_each(const void* xv, int64_t n, const float* qs, uint8_t* out) {
+  const T* x = static_cast<const T*>(xv);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = mask16(n - i);
+    const __m512 v = _mm512_mul_ps(load16(x + i, m), _mm512_maskz_loadu_ps(m, qs + i));
+    _mm_mask_storeu_epi8(out + i, m, avx512::e4m3_encode16(v));
+  }
+}
+
+// Decodes 64 codes at a time and hands each group of 16 FP32 values to `emit(offset, values)`.
+template <typename Emit>
+inline void decode_groups(const uint8_t* q, int64_t n, Emit emit) {
+  const avx512::E4m3Decoder decoder;
+  for (int64_t i = 0; i < n; i += 64) {
+    __m512i words[2];
+    decoder.decode64(_mm512_maskz_loadu_epi8(first_bytes_mask(n - i), q + i), &words[0], &words[1]);
+    for (int g = 0; g < 4 && i + 16 * g < n; ++g) {
+      const __m256i h = g % 2 == 0 ? _mm512_castsi512_si256(words[g / 2]) : _mm512_extracti64x4_epi64(words[g / 2], 1);
+      emit(i + 16 * g, avx512::bf16_decode16(h));
+    }
+  }
+}
+
+template <typename T>
+void decode_scale(const uint8_t* q, int64_t n, float s, void* outv) {
+  T* out = static_cast<T*>(outv);
+  const __m512 sv = _mm512_set1_ps(s);
+  decode_groups(q, n, [&](int64_t at, __m512 v) {
+    if (n - at >= 16) {
+      store16(out + at, _mm512_mul_ps(v, sv));
+    } else {
+      store16(out + at, _mm512_mul_ps(v, sv), mask16(n - at));
+    }
+  });
+}
+
+template <typename T>
+void decode_scale_each(const uint8_t* q, int64_t n, const float* s, void* outv) {
+  T* out = static_cast<T*>(outv);
+  decode_groups(q, n, [&](int64_t at, __m512 v) {
+    const __mmask16 m = mask16(n - at);
+    store16(out + at, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, s + at)), m);
+  });
+}
+
+template <typename T>
+constexpr SourceKernels source_kernels() {
+  return {amax_bits<T>, amax_bits_accumulate<T>, scale_encode<T>, scale_encode_each<T>};
+}
+template <typename T>
+constexpr DestKernels dest_kernels() {
+  return {decode_scale<T>, decode_scale_each<T>};
+}
+
+}  // namespace
+
+const QuantizeKernels& quantize_kernels_avx512() {
+  static constexpr QuantizeKernels kernels = {source_kernels<float>(), source_kernels<bf16_t>(),
+                                              dest_kernels<float>(), dest_kernels<bf16_t>()};
+  return kernels;
+}
+
+}  // namespace fp8rl::detail
+FP8RL_AVX512_END

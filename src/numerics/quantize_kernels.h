@@ -1,0 +1,40 @@
+// The inner loops of the quantizers, one table per instruction set (the ggml "type traits"
+// shape). quantize.cc owns the block loops and calls these on contiguous runs of one row;
+// quantize_portable.cc and quantize_avx512.cc implement them bit-identically.
+#pragma once
+
+#include <cstdint>
+
+namespace fp8rl::detail {
+
+// Kernels that read a source run of one dtype (FP32 or BF16), passed as `const void*`.
+struct SourceKernels {
+  // Largest |x| as an FP32 bit pattern; a NaN anywhere yields a pattern above 0x7F800000.
+  uint32_t (*amax_bits)(const void* x, int64_t n);
+  // acc[i] = max(acc[i], bits(|x[i]|)), same NaN rule.
+  void (*amax_bits_accumulate)(const void* x, int64_t n, uint32_t* acc);
+  // out[i] = e4m3(x[i] * qs)
+  void (*scale_encode)(const void* x, int64_t n, float qs, uint8_t* out);
+  // out[i] = e4m3(x[i] * qs[i])
+  void (*scale_encode_each)(const void* x, int64_t n, const float* qs, uint8_t* out);
+};
+
+// Kernels that write a dequantized run of one dtype (FP32 or BF16), passed as `void*`.
+struct DestKernels {
+  // out[i] = e4m3_to_f32(q[i]) * s, rounded to the destination dtype.
+  void (*decode_scale)(const uint8_t* q, int64_t n, float s, void* out);
+  // out[i] = e4m3_to_f32(q[i]) * s[i]
+  void (*decode_scale_each)(const uint8_t* q, int64_t n, const float* s, void* out);
+};
+
+struct QuantizeKernels {
+  SourceKernels from_f32;
+  SourceKernels from_bf16;
+  DestKernels to_f32;
+  DestKernels to_bf16;
+};
+
+const QuantizeKernels& quantize_kernels_portable();
+const QuantizeKernels& quantize_kernels_avx512();  // only after resolve_isa() said kAvx512
+
+}  // namespace fp8rl::detail

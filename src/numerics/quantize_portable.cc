@@ -1,0 +1,74 @@
+// Portable quantizer inner loops: plain C++ on the scalar codec, for any x86-64 CPU.
+#include <algorithm>
+#include <cstdint>
+
+#include "numerics/bf16.h"
+#include "numerics/e4m3.h"
+#include "numerics/quantize_kernels.h"
+
+namespace fp8rl::detail {
+namespace {
+
+inline float load_f32(const float* x, int64_t i) { return x[i]; }
+inline float load_f32(const bf16_t* x, int64_t i) { return bf16_to_f32(x[i]); }
+inline uint32_t abs_bits(float v) { return std::bit_cast<uint32_t>(v) & 0x7FFFFFFFu; }
+
+inline void store(float* out, int64_t i, float v) { out[i] = v; }
+inline void store(bf16_t* out, int64_t i, float v) { out[i] = f32_to_bf16(v); }
+
+template <typename T>
+uint32_t amax_bits(const void* xv, int64_t n) {
+  const T* x = static_cast<const T*>(xv);
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, abs_bits(load_f32(x, i)));
+  return m;
+}
+
+template <typename T>
+void amax_bits_accumulate(const void* xv, int64_t n, uint32_t* acc) {
+  const T* x = static_cast<const T*>(xv);
+  for (int64_t i = 0; i < n; ++i) acc[i] = std::max(acc[i], abs_bits(load_f32(x, i)));
+}
+
+template <typename T>
+void scale_encode(const void* xv, int64_t n, float qs, uint8_t* out) {
+  const T* x = static_cast<const T*>(xv);
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_e4m3(load_f32(x, i) * qs);
+}
+
+template <typename T>
+void scale_encode_each(const void* xv, int64_t n, const float* qs, uint8_t* out) {
+  const T* x = static_cast<const T*>(xv);
+  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_e4m3(load_f32(x, i) * qs[i]);
+}
+
+template <typename T>
+void decode_scale(const uint8_t* q, int64_t n, float s, void* outv) {
+  T* out = static_cast<T*>(outv);
+  for (int64_t i = 0; i < n; ++i) store(out, i, e4m3_to_f32(q[i]) * s);
+}
+
+template <typename T>
+void decode_scale_each(const uint8_t* q, int64_t n, const float* s, void* outv) {
+  T* out = static_cast<T*>(outv);
+  for (int64_t i = 0; i < n; ++i) store(out, i, e4m3_to_f32(q[i]) * s[i]);
+}
+
+template <typename T>
+constexpr SourceKernels source_kernels() {
+  return {amax_bits<T>, amax_bits_accumulate<T>, scale_encode<T>, scale_encode_each<T>};
+}
+template <typename T>
+constexpr DestKernels dest_kernels() {
+  return {decode_scale<T>, decode_scale_each<T>};
+}
+
+}  // namespace
+
+const QuantizeKernels& quantize_kernels_portable() {
+  static constexpr QuantizeKernels kernels = {source_kernels<float>(), source_kernels<bf16_t>(),
+                                              dest_kernels<float>(), dest_kernels<bf16_t>()};
+  return kernels;
+}
+
+}  // namespace fp8rl::detail
