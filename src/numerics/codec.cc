@@ -44,4 +44,9 @@ void bf16_decode_f32(const bf16_t* in, float* out, int64_t n, Isa isa) {
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
 }
 
+void bf16_round_f32(float* x, int64_t n, Isa isa) {
+  if (resolve_isa(isa) == Isa::kAvx512) return detail::bf16_round_f32_avx512(x, n);
+  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+}
+
 }  // namespace fp8rl

@@ -18,6 +18,8 @@ void e4m3_decode_f32(const uint8_t* in, float* out, int64_t n, Isa isa = Isa::kA
 void e4m3_decode_bf16(const uint8_t* in, bf16_t* out, int64_t n, Isa isa = Isa::kAuto);
 void bf16_encode_f32(const float* in, bf16_t* out, int64_t n, Isa isa = Isa::kAuto);
 void bf16_decode_f32(const bf16_t* in, float* out, int64_t n, Isa isa = Isa::kAuto);
+// x[i] = bf16_to_f32(f32_to_bf16(x[i])): rounds FP32 values to BF16 values, in place.
+void bf16_round_f32(float* x, int64_t n, Isa isa = Isa::kAuto);
 
 namespace detail {
 // The AVX-512 implementations (codec_avx512.cc); call only after resolve_isa() said kAvx512.
@@ -26,6 +28,7 @@ void e4m3_decode_f32_avx512(const uint8_t* in, float* out, int64_t n);
 void e4m3_decode_bf16_avx512(const uint8_t* in, bf16_t* out, int64_t n);
 void bf16_encode_f32_avx512(const float* in, bf16_t* out, int64_t n);
 void bf16_decode_f32_avx512(const bf16_t* in, float* out, int64_t n);
+void bf16_round_f32_avx512(float* x, int64_t n);
 
 // The 128-entry byte tables of the vpermi2b decode: high and low byte of the BF16 pattern of
 // each E4M3 magnitude code 0..127, generated from the scalar codec.

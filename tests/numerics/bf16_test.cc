@@ -73,6 +73,19 @@ TEST(Bf16, EncodeSpecialValues) {
   EXPECT_EQ(f32_to_bf16(std::bit_cast<float>(0x00018000u)), 0x0002);  // subnormal tie: to even
 }
 
+TEST(Bf16, RoundInPlaceEqualsEncodeThenDecode) {
+  std::vector<float> x(1000);
+  RandomStream bits(3, 0);
+  for (float& v : x) v = std::bit_cast<float>(bits.next_u32());
+  for (Isa isa : testing::available_isas()) {
+    std::vector<float> y = x;
+    bf16_round_f32(y.data(), static_cast<int64_t>(y.size()) - 3, isa);
+    for (size_t i = 0; i + 3 < x.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(bf16_to_f32(f32_to_bf16(x[i])))) << isa_name(isa);
+    for (size_t i = x.size() - 3; i < x.size(); ++i) ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(x[i]));
+  }
+}
+
 TEST(Bf16, EncodeMillionsOfRandomPatterns) {
   std::vector<float> inputs(1 << 21);
   RandomStream bits(99, 0);

@@ -1,0 +1,84 @@
+#include "kernels/attention.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "kernels/gemm.h"
+
+namespace fp8rl {
+
+namespace {
+void check_shape(const AttentionShape& s) {
+  FP8RL_CHECK(s.B > 0 && s.T > 0 && s.Hq > 0 && s.Hkv > 0 && s.D > 0 && s.Hq % s.Hkv == 0,
+              "attention: bad shape B={} T={} Hq={} Hkv={} D={}", s.B, s.T, s.Hq, s.Hkv, s.D);
+}
+}  // namespace
+
+void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v, const AttentionShape& s) {
+  check_shape(s);
+  const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.Hq; ++h) {
+      const int64_t g = h / group;
+      const float* qh = q + b * s.T * ldq + h * s.D;     // [T, D], row stride ldq
+      const float* kh = k + b * s.T * ldkv + g * s.D;    // [T, D], row stride ldkv
+      const float* vh = v + b * s.T * ldkv + g * s.D;
+      float* p = probs + (b * s.Hq + h) * s.T * s.T;     // [T, T]
+      gemm_nt_f32(s.T, s.T, s.D, qh, ldq, kh, ldkv, p, s.T);
+      for (int64_t t = 0; t < s.T; ++t) {
+        float* row = p + t * s.T;
+        float max = -INFINITY;
+        for (int64_t j = 0; j <= t; ++j) {
+          row[j] *= scale;
+          max = std::max(max, row[j]);
+        }
+        float sum = 0.0f;
+        for (int64_t j = 0; j <= t; ++j) {
+          row[j] = std::exp(row[j] - max);
+          sum += row[j];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
+        for (int64_t j = t + 1; j < s.T; ++j) row[j] = 0.0f;
+      }
+      gemm_nn_f32(s.T, s.D, s.T, p, s.T, vh, ldkv, o + b * s.T * ldq + h * s.D, ldq);
+    }
+  }
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                        const float* k, const float* v, const AttentionShape& s) {
+  check_shape(s);
+  const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  std::memset(dk, 0, sizeof(float) * static_cast<size_t>(s.B * s.T * ldkv));
+  std::memset(dv, 0, sizeof(float) * static_cast<size_t>(s.B * s.T * ldkv));
+  std::vector<float> ds(static_cast<size_t>(s.T * s.T));  // [T, T]
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t h = 0; h < s.Hq; ++h) {
+      const int64_t g = h / group;
+      const int64_t q_off = b * s.T * ldq + h * s.D, kv_off = b * s.T * ldkv + g * s.D;
+      const float* p = probs + (b * s.Hq + h) * s.T * s.T;
+      // dV += P^T dO ; dP = dO V^T
+      gemm_tn_f32(s.T, s.D, s.T, p, s.T, dout + q_off, ldq, dv + kv_off, ldkv, /*accumulate=*/true);
+      gemm_nt_f32(s.T, s.T, s.D, dout + q_off, ldq, v + kv_off, ldkv, ds.data(), s.T);
+      // dS = P * (dP - sum_j P dP) * scale   (softmax backward, then the score scale)
+      for (int64_t t = 0; t < s.T; ++t) {
+        const float* pr = p + t * s.T;
+        float* dr = ds.data() + t * s.T;
+        float dot = 0.0f;
+        for (int64_t j = 0; j <= t; ++j) dot += pr[j] * dr[j];
+        for (int64_t j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
+        for (int64_t j = t + 1; j < s.T; ++j) dr[j] = 0.0f;
+      }
+      // dQ = dS K ; dK += dS^T Q
+      gemm_nn_f32(s.T, s.D, s.T, ds.data(), s.T, k + kv_off, ldkv, dq + q_off, ldq);
+      gemm_tn_f32(s.T, s.D, s.T, ds.data(), s.T, q + q_off, ldq, dk + kv_off, ldkv, /*accumulate=*/true);
+    }
+  }
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,27 @@
+// Causal grouped-query attention over a batch of right-padded sequences, forward next to
+// backward. FP32 math; the products go through the GEMM entry points.
+//
+// Dimension letters: B sequences, T positions per sequence (row b*T + t), Hq query heads,
+// Hkv key/value heads (Hq % Hkv == 0; query head h reads kv head h / (Hq/Hkv)), D head size.
+//   q, o, dq, dout [B*T, Hq*D]      k, v, dk, dv [B*T, Hkv*D]      probs [B, Hq, T, T]
+// Row t attends to positions s <= t of its own sequence; padding sits after a sequence's last
+// token, so real tokens never see it (and nobody reads the padding rows' outputs).
+//
+//   scores = (q k^T) * (1/sqrt(D)), causal mask, softmax in FP32 -> probs; o = probs v
+#pragma once
+
+#include <cstdint>
+
+namespace fp8rl {
+
+struct AttentionShape {
+  int64_t B, T, Hq, Hkv, D;
+};
+
+void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v, const AttentionShape& s);
+
+// Overwrites dq, dk and dv.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                        const float* k, const float* v, const AttentionShape& s);
+
+}  // namespace fp8rl

@@ -1,0 +1,25 @@
+#include "kernels/swiglu.h"
+
+#include <cmath>
+
+namespace fp8rl {
+
+namespace {
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+}  // namespace
+
+void swiglu_forward(float* s, const float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) s[i] = (g[i] * sigmoid(g[i])) * u[i];
+}
+
+void swiglu_backward(float* dg, float* du, const float* ds, const float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float sg = sigmoid(g[i]);
+    const float silu = g[i] * sg;
+    // d silu / dg = sigmoid(g) * (1 + g * (1 - sigmoid(g)))
+    dg[i] = ds[i] * u[i] * (sg * (1.0f + g[i] * (1.0f - sg)));
+    du[i] = ds[i] * silu;
+  }
+}
+
+}  // namespace fp8rl

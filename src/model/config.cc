@@ -1,0 +1,39 @@
+#include "model/config.h"
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+void ModelConfig::validate() const {
+  FP8RL_CHECK(vocab_size > 0, "model config: vocab_size must be > 0, got {}", vocab_size);
+  FP8RL_CHECK(d_model > 0 && n_layers > 0 && d_ff > 0 && max_seq_len > 0,
+              "model config: d_model, n_layers, d_ff, max_seq_len must be > 0, got {}, {}, {}, {}", d_model, n_layers,
+              d_ff, max_seq_len);
+  FP8RL_CHECK(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+              "model config: n_heads ({}) must be a positive multiple of n_kv_heads ({})", n_heads, n_kv_heads);
+  FP8RL_CHECK(head_dim > 0 && head_dim % 2 == 0, "model config: head_dim must be even and > 0, got {}", head_dim);
+  FP8RL_CHECK(rope_theta > 0, "model config: rope_theta must be > 0, got {}", rope_theta);
+  FP8RL_CHECK(norm_eps > 0, "model config: norm_eps must be > 0, got {}", norm_eps);
+}
+
+ModelConfig model_preset(std::string_view name, int64_t vocab_size) {
+  ModelConfig c;
+  c.preset = std::string(name);
+  c.vocab_size = vocab_size;
+  if (name == "tiny") {
+    c.d_model = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 16, c.d_ff = 192;
+    c.max_seq_len = 64;
+  } else if (name == "small") {
+    c.d_model = 256, c.n_layers = 4, c.n_heads = 8, c.n_kv_heads = 4, c.head_dim = 32, c.d_ff = 768;
+    c.max_seq_len = 128;
+  } else if (name == "medium") {
+    c.d_model = 512, c.n_layers = 8, c.n_heads = 8, c.n_kv_heads = 4, c.head_dim = 64, c.d_ff = 1536;
+    c.max_seq_len = 512;
+  } else {
+    FP8RL_CHECK(false, "unknown model preset '{}' (known: tiny, small, medium)", name);
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,39 @@
+// The transformer's architecture: a Llama-3 / Qwen3 dense decoder.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kernels/rope.h"
+
+namespace fp8rl {
+
+struct ModelConfig {
+  std::string preset;          // name of the preset it came from ("custom" otherwise)
+  int64_t vocab_size = 0;      // V
+  int64_t d_model = 0;         // C
+  int64_t n_layers = 0;        // L
+  int64_t n_heads = 0;         // Hq
+  int64_t n_kv_heads = 0;      // Hkv (grouped-query attention: Hq % Hkv == 0)
+  int64_t head_dim = 0;        // D
+  int64_t d_ff = 0;            // F, SwiGLU hidden size
+  int64_t max_seq_len = 0;     // positions in the RoPE table
+  double rope_theta = 10000.0;
+  bool rope_llama3_scaling = false;
+  RopeScaling rope_scaling;    // used when rope_llama3_scaling
+  bool qk_norm = false;        // Qwen3: RMSNorm over each head of q and k before RoPE
+  float norm_eps = 1e-6f;
+  bool tie_embeddings = true;  // LM head shares the embedding matrix
+
+  // Throws fp8rl::Error naming the first inconsistent field.
+  void validate() const;
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+// Named presets: "tiny" (tests), "small" (the default demo), "medium" (benchmarks, ~25M
+// parameters). Throws for an unknown name, listing the known ones.
+ModelConfig model_preset(std::string_view name, int64_t vocab_size);
+
+}  // namespace fp8rl

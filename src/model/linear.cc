@@ -1,0 +1,93 @@
+#include "model/linear.h"
+
+#include <vector>
+
+#include "core/check.h"
+#include "core/tensor.h"
+#include "kernels/gemm.h"
+#include "numerics/codec.h"
+#include "numerics/quantize.h"
+
+namespace fp8rl {
+
+namespace {
+// Quantizes x [rows, cols] 1x128 with its column-wise copy into `q`, reusing q's storage when
+// the shape matches.
+void quantize_activation(const float* x, int64_t rows, int64_t cols, ScaleFormat format, QuantizedTensor& q) {
+  const TensorView v = TensorView::contiguous(const_cast<float*>(x), DType::kF32, Shape{rows, cols});
+  if (q.rows() != rows || q.cols() != cols || !q.columnwise || q.scale_format != format)
+    q = QuantizedTensor(ScalingMode::kRows1x128, rows, cols, format, /*with_columnwise=*/true);
+  quantize_into(v, q);
+}
+
+void to_bf16(const float* x, int64_t n, AlignedBuffer<bf16_t>& out) {
+  if (out.size() != static_cast<size_t>(n)) out = AlignedBuffer<bf16_t>(static_cast<size_t>(n));
+  bf16_encode_f32(x, out.data(), n);
+}
+}  // namespace
+
+Linear::Linear(std::string name, int64_t out_features, int64_t in_features, Precision precision,
+               ScaleFormat weight_format, ScaleFormat activation_format, bool round_output_bf16)
+    : name_(std::move(name)),
+      N_(out_features),
+      K_(in_features),
+      precision_(precision),
+      weight_format_(weight_format),
+      activation_format_(activation_format),
+      round_output_bf16_(round_output_bf16) {
+  if (precision_ == Precision::kBF16) w_bf16_ = AlignedBuffer<bf16_t>(static_cast<size_t>(N_ * K_));
+  if (precision_ == Precision::kFP8)
+    w_fp8_ = QuantizedTensor(ScalingMode::kBlocks128x128, N_, K_, weight_format_, /*with_columnwise=*/true);
+}
+
+void Linear::refresh_weights(const float* master) {
+  w_master_ = master;
+  if (precision_ == Precision::kBF16) bf16_encode_f32(master, w_bf16_.data(), N_ * K_);
+  if (precision_ == Precision::kFP8)
+    quantize_into(TensorView::contiguous(const_cast<float*>(master), DType::kF32, Shape{N_, K_}), w_fp8_);
+}
+
+void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache) const {
+  FP8RL_CHECK(w_master_ != nullptr, "linear '{}': refresh_weights was never called", name_);
+  switch (precision_) {
+    case Precision::kF32:
+      cache.x = x;
+      gemm_nt_f32(M, N_, K_, x, K_, w_master_, K_, y, N_);
+      break;
+    case Precision::kBF16:
+      to_bf16(x, M * K_, cache.x_bf16);
+      gemm_nt_bf16(M, N_, K_, cache.x_bf16.data(), K_, w_bf16_.data(), K_, y, N_);
+      break;
+    case Precision::kFP8:
+      quantize_activation(x, M, K_, activation_format_, cache.x_fp8);
+      gemm_nt_fp8(cache.x_fp8.rowwise, w_fp8_.rowwise, y, N_);
+      break;
+  }
+  if (round_output_bf16_) bf16_round_f32(y, M * N_);
+}
+
+void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M,
+                      const LinearCache& cache) const {
+  switch (precision_) {
+    case Precision::kF32:
+      gemm_nn_f32(M, K_, N_, dy, N_, w_master_, K_, dx, K_, accumulate_dx);
+      gemm_tn_f32(N_, K_, M, dy, N_, cache.x, K_, dw, K_, /*accumulate=*/true);
+      break;
+    case Precision::kBF16: {
+      AlignedBuffer<bf16_t> dy_bf16;
+      to_bf16(dy, M * N_, dy_bf16);
+      gemm_nn_bf16(M, K_, N_, dy_bf16.data(), N_, w_bf16_.data(), K_, dx, K_, accumulate_dx);
+      gemm_tn_bf16(N_, K_, M, dy_bf16.data(), N_, cache.x_bf16.data(), K_, dw, K_, /*accumulate=*/true);
+      break;
+    }
+    case Precision::kFP8: {
+      QuantizedTensor dy_q;
+      quantize_activation(dy, M, N_, activation_format_, dy_q);
+      gemm_nt_fp8(dy_q.rowwise, *w_fp8_.columnwise, dx, K_, accumulate_dx);
+      gemm_nt_fp8(*dy_q.columnwise, *cache.x_fp8.columnwise, dw, K_, /*accumulate=*/true);
+      break;
+    }
+  }
+}
+
+}  // namespace fp8rl

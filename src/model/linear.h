@@ -1,0 +1,65 @@
+// One linear layer y = x W^T (no bias) in its precision, forward next to backward.
+//
+// W [N out, K in] is an FP32 master owned by the parameter buffer. `refresh_weights` makes the
+// step's low-precision copy once (BF16, or FP8 in 128x128 blocks with the column-wise copy that
+// dgrad uses); those are the bytes the refit hands to the generator. The GEMMs (fp8-recipe.md
+// sections 3-4):
+//   FP32  fprop y = x W^T, dgrad dx = dy W, wgrad dW += dy^T x, all FP32
+//   BF16  the same with x, dy and W rounded to BF16, FP32 accumulation
+//   FP8   fprop: x 1x128 . W 128x128; dgrad: dy 1x128 . W (same codes, transposed);
+//         wgrad: dy and x quantized 128x1 along tokens, afresh from high precision
+// With BF16 activations the output y is rounded to BF16 (unless the layer is told not to).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/aligned_buffer.h"
+#include "model/precision.h"
+#include "numerics/bf16.h"
+#include "numerics/quantized_tensor.h"
+
+namespace fp8rl {
+
+// What one forward call saves for its backward (reused across calls of the same shape).
+struct LinearCache {
+  const float* x = nullptr;       // [M, K] the FP32-valued input (FP32 path)
+  AlignedBuffer<bf16_t> x_bf16;   // [M, K] (BF16 path)
+  QuantizedTensor x_fp8;          // [M, K] 1x128 + column-wise [K, M] (FP8 path)
+};
+
+class Linear {
+ public:
+  Linear() = default;
+  Linear(std::string name, int64_t out_features, int64_t in_features, Precision precision, ScaleFormat weight_format,
+         ScaleFormat activation_format, bool round_output_bf16);
+
+  const std::string& name() const { return name_; }
+  Precision precision() const { return precision_; }
+  int64_t out_features() const { return N_; }
+  int64_t in_features() const { return K_; }
+
+  // Makes this step's copy of W from the FP32 master [N, K] (kept by pointer for the FP32 path).
+  void refresh_weights(const float* master);
+  // The step's FP8 weights (FP8 layers only) and BF16 weights (BF16 layers only).
+  const QuantizedTensor& fp8_weights() const { return w_fp8_; }
+  const AlignedBuffer<bf16_t>& bf16_weights() const { return w_bf16_; }
+
+  // y [M, N] = x [M, K] W^T; saves what backward needs in `cache`.
+  void forward(float* y, const float* x, int64_t M, LinearCache& cache) const;
+  // dx [M, K] (+)= dy W, dw [N, K] += dy^T x. `dy` is FP32 [M, N].
+  void backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M, const LinearCache& cache) const;
+
+ private:
+  std::string name_;
+  int64_t N_ = 0, K_ = 0;
+  Precision precision_ = Precision::kF32;
+  ScaleFormat weight_format_ = ScaleFormat::kFp32;
+  ScaleFormat activation_format_ = ScaleFormat::kFp32;
+  bool round_output_bf16_ = false;
+  const float* w_master_ = nullptr;  // [N, K]
+  AlignedBuffer<bf16_t> w_bf16_;     // [N, K]
+  QuantizedTensor w_fp8_;            // [N, K] 128x128 + column-wise [K, N]
+};
+
+}  // namespace fp8rl

@@ -1,0 +1,61 @@
+#include "model/optimizer.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+double LrSchedule::lr_at(double lr, int64_t step) const {
+  if (warmup_steps > 0 && step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  if (kind == "constant") return lr;
+  FP8RL_CHECK(kind == "cosine", "unknown learning-rate schedule '{}' (expected constant or cosine)", kind);
+  const double span = static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
+  const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
+  return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(3.14159265358979323846 * progress));
+}
+
+double global_grad_norm(const float* grads, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(grads[i]) * grads[i];
+  return std::sqrt(sum);
+}
+
+AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config)
+    : tensors_(layout.tensors()),
+      config_(config),
+      m_(static_cast<size_t>(layout.numel())),
+      v_(static_cast<size_t>(layout.numel())) {}
+
+double AdamW::step(float* params, float* grads, double lr) {
+  const int64_t n = static_cast<int64_t>(m_.size());
+  const double norm = global_grad_norm(grads, n);
+  if (!std::isfinite(norm)) return norm;
+  if (config_.max_grad_norm > 0 && norm > config_.max_grad_norm) {
+    const float scale = static_cast<float>(config_.max_grad_norm / norm);
+    for (int64_t i = 0; i < n; ++i) grads[i] *= scale;
+  }
+  ++step_;
+  const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
+  const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(step_));
+  const float b1 = static_cast<float>(config_.beta1), b2 = static_cast<float>(config_.beta2);
+  const float step_size = static_cast<float>(lr / bias1);
+  const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
+  const float eps = static_cast<float>(config_.eps);
+  for (const ParamInfo& t : tensors_) {
+    const float decay = t.decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
+    float* p = params + t.offset;
+    const float* g = grads + t.offset;
+    float* m = m_.data() + t.offset;
+    float* v = v_.data() + t.offset;
+    for (int64_t i = 0; i < t.shape.numel(); ++i) {
+      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      // Decoupled decay (Loshchilov & Hutter): p <- p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)
+      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bias2 + eps);
+    }
+  }
+  return norm;
+}
+
+}  // namespace fp8rl

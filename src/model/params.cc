@@ -1,0 +1,71 @@
+#include "model/params.h"
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+std::string layer_param_name(int64_t layer, std::string_view suffix) {
+  return fmt::format("model.layers.{}.{}", layer, suffix);
+}
+
+ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
+  c.validate();
+  auto add = [&](std::string name, Shape shape, bool decay) {
+    tensors_.push_back({std::move(name), shape, numel_, decay});
+    numel_ += shape.numel();
+  };
+  add("model.embed_tokens.weight", Shape{c.vocab_size, c.d_model}, true);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    add(layer_param_name(l, "input_layernorm.weight"), Shape{c.d_model}, false);
+    add(layer_param_name(l, "self_attn.q_proj.weight"), Shape{c.q_dim(), c.d_model}, true);
+    add(layer_param_name(l, "self_attn.k_proj.weight"), Shape{c.kv_dim(), c.d_model}, true);
+    add(layer_param_name(l, "self_attn.v_proj.weight"), Shape{c.kv_dim(), c.d_model}, true);
+    add(layer_param_name(l, "self_attn.o_proj.weight"), Shape{c.d_model, c.q_dim()}, true);
+    if (c.qk_norm) {
+      add(layer_param_name(l, "self_attn.q_norm.weight"), Shape{c.head_dim}, false);
+      add(layer_param_name(l, "self_attn.k_norm.weight"), Shape{c.head_dim}, false);
+    }
+    add(layer_param_name(l, "post_attention_layernorm.weight"), Shape{c.d_model}, false);
+    add(layer_param_name(l, "mlp.gate_proj.weight"), Shape{c.d_ff, c.d_model}, true);
+    add(layer_param_name(l, "mlp.up_proj.weight"), Shape{c.d_ff, c.d_model}, true);
+    add(layer_param_name(l, "mlp.down_proj.weight"), Shape{c.d_model, c.d_ff}, true);
+  }
+  add("model.norm.weight", Shape{c.d_model}, false);
+  if (!c.tie_embeddings) add("lm_head.weight", Shape{c.vocab_size, c.d_model}, true);
+}
+
+const ParamInfo& ParamLayout::find(std::string_view name) const {
+  for (const ParamInfo& p : tensors_)
+    if (p.name == name) return p;
+  FP8RL_CHECK(false, "the model has no parameter '{}'", name);
+  return tensors_.front();
+}
+
+WeightPointers ParamLayout::bind(float* base) const {
+  auto at = [&](std::string_view name) { return base + find(name).offset; };
+  WeightPointers w;
+  w.embed = at("model.embed_tokens.weight");
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    auto lp = [&](std::string_view suffix) { return at(layer_param_name(l, suffix)); };
+    LayerWeights lw{};
+    lw.attn_norm = lp("input_layernorm.weight");
+    lw.wq = lp("self_attn.q_proj.weight");
+    lw.wk = lp("self_attn.k_proj.weight");
+    lw.wv = lp("self_attn.v_proj.weight");
+    lw.wo = lp("self_attn.o_proj.weight");
+    lw.q_norm = config_.qk_norm ? lp("self_attn.q_norm.weight") : nullptr;
+    lw.k_norm = config_.qk_norm ? lp("self_attn.k_norm.weight") : nullptr;
+    lw.mlp_norm = lp("post_attention_layernorm.weight");
+    lw.w_gate = lp("mlp.gate_proj.weight");
+    lw.w_up = lp("mlp.up_proj.weight");
+    lw.w_down = lp("mlp.down_proj.weight");
+    w.layers.push_back(lw);
+  }
+  w.final_norm = at("model.norm.weight");
+  w.lm_head = config_.tie_embeddings ? w.embed : at("lm_head.weight");
+  return w;
+}
+
+}  // namespace fp8rl

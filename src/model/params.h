@@ -1,0 +1,63 @@
+// The model's parameter tensors: names (as in HF Llama / Qwen3 checkpoints), shapes, and their
+// places in one flat FP32 buffer. Parameters, gradients and both AdamW moments use the same
+// layout, so one `bind` gives named pointers into any of them (llm.c style).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+#include "model/config.h"
+
+namespace fp8rl {
+
+struct ParamInfo {
+  std::string name;  // e.g. "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;
+  int64_t offset = 0;  // in floats, into the flat buffer
+  bool decay = false;  // AdamW weight decay applies (matrices, not norms)
+};
+
+// Named pointers to one layer's tensors in a flat buffer. Dimension letters as in config.h.
+struct LayerWeights {
+  float* attn_norm;  // [C]     input_layernorm
+  float* wq;         // [Hq*D, C]
+  float* wk;         // [Hkv*D, C]
+  float* wv;         // [Hkv*D, C]
+  float* wo;         // [C, Hq*D]
+  float* q_norm;     // [D]     (qk_norm only, else nullptr)
+  float* k_norm;     // [D]     (qk_norm only, else nullptr)
+  float* mlp_norm;   // [C]     post_attention_layernorm
+  float* w_gate;     // [F, C]
+  float* w_up;       // [F, C]
+  float* w_down;     // [C, F]
+};
+
+struct WeightPointers {
+  float* embed;       // [V, C]
+  std::vector<LayerWeights> layers;
+  float* final_norm;  // [C]
+  float* lm_head;     // [V, C]; the same pointer as embed when the embeddings are tied
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const ModelConfig& config);
+  int64_t numel() const { return numel_; }
+  const std::vector<ParamInfo>& tensors() const { return tensors_; }
+  // The tensor named `name`; throws fp8rl::Error if there is none.
+  const ParamInfo& find(std::string_view name) const;
+  WeightPointers bind(float* base) const;
+
+ private:
+  ModelConfig config_;
+  std::vector<ParamInfo> tensors_;
+  int64_t numel_ = 0;
+};
+
+// HF name of layer `l`'s tensor `suffix`, e.g. layer_param_name(0, "mlp.up_proj.weight").
+std::string layer_param_name(int64_t layer, std::string_view suffix);
+
+}  // namespace fp8rl

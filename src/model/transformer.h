@@ -1,0 +1,122 @@
+// The trainer's policy model: a Llama-3 / Qwen3 decoder with forward and backward written out
+// layer by layer (no autograd graph), FP32 master weights, and the per-linear precision policy.
+//
+// Dimension letters: B sequences, T positions (right-padded), N = B*T token rows, C d_model,
+// Hq/Hkv heads, D head_dim, F d_ff, V vocab, L layers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "kernels/attention.h"
+#include "kernels/rope.h"
+#include "model/config.h"
+#include "model/linear.h"
+#include "model/params.h"
+#include "model/precision.h"
+
+namespace fp8rl {
+
+// A batch of B right-padded sequences of T positions. Row b*T + t of every array is token t of
+// sequence b.
+struct TokenBatch {
+  int64_t B = 0, T = 0;
+  std::vector<int32_t> tokens;     // [B*T] input token ids (padding: any valid id, e.g. pad)
+  std::vector<int32_t> targets;    // [B*T] the token whose log-prob is wanted at this row; -1 = none
+  std::vector<int32_t> positions;  // [B*T] RoPE position (t for right-padded sequences)
+  std::vector<int32_t> lengths;    // [B] real tokens of each sequence (the rest is padding)
+
+  // A batch of B x T pad tokens with targets -1, positions 0..T-1 and lengths T.
+  static TokenBatch empty(int64_t B, int64_t T, int32_t pad_token);
+};
+
+class Transformer {
+ public:
+  Transformer(const ModelConfig& config, const PrecisionPolicy& policy);
+
+  const ModelConfig& config() const { return config_; }
+  const PrecisionPolicy& policy() const { return policy_; }
+  const ParamLayout& layout() const { return layout_; }
+  int64_t num_params() const { return layout_.numel(); }
+  float* params() { return params_.data(); }              // [num_params] FP32 masters
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }                // [num_params] FP32, accumulated
+  const WeightPointers& weights() const { return w_; }
+  const WeightPointers& weight_grads() const { return g_; }
+
+  // Llama-style initialisation from a seed: N(0, 0.02) matrices (output projections scaled by
+  // 1/sqrt(2L)), unit norms. Deterministic; calls refresh_weights().
+  void init_random(uint64_t seed);
+  // Remakes every linear's BF16 / FP8 copy from the masters. Call after changing params().
+  void refresh_weights();
+  void zero_grads();
+
+  // logprobs [B*T]: log-prob of targets[n] at row n (0 where targets[n] < 0). Saves activations.
+  void forward(const TokenBatch& batch, float* logprobs);
+  // Adds the gradient of sum_n dlogprobs[n] * logprobs[n] to grads(). Uses the last forward.
+  void backward(const float* dlogprobs);
+
+  // The linears in order (per layer: q, k, v, o, gate, up, down), then the LM head; for the
+  // refit and for tests of the precision policy.
+  struct NamedLinear {
+    std::string name;  // HF tensor name of the weight
+    const Linear* linear;
+  };
+  std::vector<NamedLinear> linears() const;
+  // Absolute maxima of q, k (after q/k-norm and RoPE) and v per layer in the last forward,
+  // over real (non-padding) rows: the KV-cache calibration of fp8-recipe.md section 6.
+  struct QkvAmax {
+    float q = 0, k = 0, v = 0;
+  };
+  const std::vector<QkvAmax>& last_qkv_amax() const { return qkv_amax_; }
+
+ private:
+  struct LayerLinears {
+    Linear q, k, v, o, gate, up, down;
+  };
+  // Saved activations of one layer, each [N, ...] row-major.
+  struct LayerActs {
+    AlignedBuffer<float> x;       // [N, C] residual input
+    AlignedBuffer<float> h1;      // [N, C] attention-norm output
+    AlignedBuffer<float> rstd1;   // [N]
+    AlignedBuffer<float> q_raw;   // [N, Hq*D] before q-norm (q-norm models)
+    AlignedBuffer<float> k_raw;   // [N, Hkv*D]
+    AlignedBuffer<float> q_rstd;  // [N*Hq]
+    AlignedBuffer<float> k_rstd;  // [N*Hkv]
+    AlignedBuffer<float> q;       // [N, Hq*D] after norm and RoPE
+    AlignedBuffer<float> k;       // [N, Hkv*D]
+    AlignedBuffer<float> v;       // [N, Hkv*D]
+    AlignedBuffer<float> probs;   // [B, Hq, T, T]
+    AlignedBuffer<float> att;     // [N, Hq*D] attention output
+    AlignedBuffer<float> x_mid;   // [N, C] residual after attention
+    AlignedBuffer<float> h2;      // [N, C] MLP-norm output
+    AlignedBuffer<float> rstd2;   // [N]
+    AlignedBuffer<float> g;       // [N, F]
+    AlignedBuffer<float> u;       // [N, F]
+    AlignedBuffer<float> s;       // [N, F] SwiGLU output
+    LinearCache cq, ck, cv, co, cgate, cup, cdown;
+  };
+
+  void resize_activations(int64_t B, int64_t T);
+  void round_activations(float* x, int64_t n) const;
+
+  ModelConfig config_;
+  PrecisionPolicy policy_;
+  ParamLayout layout_;
+  AlignedBuffer<float> params_, grads_;
+  WeightPointers w_, g_;
+  std::vector<LayerLinears> linears_;
+  Linear lm_head_;
+  RopeTable rope_;
+
+  // Activations of the last forward.
+  int64_t B_ = 0, T_ = 0;
+  TokenBatch batch_;  // copy of the last forward's batch
+  std::vector<LayerActs> acts_;
+  AlignedBuffer<float> x_final_, hf_, rstd_f_, logits_;  // [N, C], [N, C], [N], [N, V]
+  LinearCache c_lm_head_;
+  std::vector<QkvAmax> qkv_amax_;
+};
+
+}  // namespace fp8rl

@@ -1,0 +1,123 @@
+// Finite-difference checks of every layer's backward (FP32), and properties of RoPE.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/rng.h"
+#include "kernels/attention.h"
+#include "kernels/logprob.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+#include "tests/grad_check.h"
+
+namespace fp8rl {
+namespace {
+
+using testing::expect_gradient_matches;
+
+std::vector<float> randn(int64_t n, uint64_t stream, float stddev = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  fill_normal(v.data(), n, 0.0f, stddev, 77, stream);
+  return v;
+}
+
+double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+TEST(OpsGrad, RmsNorm) {
+  const int64_t rows = 3, dim = 10;
+  auto x = randn(rows * dim, 1), w = randn(dim, 2), r = randn(rows * dim, 3);
+  std::vector<float> y(x.size()), rstd(rows), dx(x.size()), dw(dim, 0.0f);
+  auto loss = [&] {
+    rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), rows, dim, 1e-6f);
+    return dot(y, r);
+  };
+  loss();
+  rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), rows, dim, false);
+  expect_gradient_matches("rmsnorm dx", x.data(), rows * dim, dx.data(), loss, 1e-2, 1e-3, 1e-2);
+  expect_gradient_matches("rmsnorm dw", w.data(), dim, dw.data(), loss, 1e-2, 1e-3, 1e-2);
+}
+
+TEST(OpsGrad, SwiGlu) {
+  const int64_t n = 40;
+  auto g = randn(n, 1, 2.0f), u = randn(n, 2), r = randn(n, 3);
+  std::vector<float> s(n), dg(n), du(n);
+  auto loss = [&] {
+    swiglu_forward(s.data(), g.data(), u.data(), n);
+    return dot(s, r);
+  };
+  swiglu_backward(dg.data(), du.data(), r.data(), g.data(), u.data(), n);
+  expect_gradient_matches("swiglu dg", g.data(), n, dg.data(), loss, 1e-2, 1e-3, 1e-2);
+  expect_gradient_matches("swiglu du", u.data(), n, du.data(), loss, 1e-2, 1e-3, 1e-2);
+}
+
+TEST(OpsGrad, RopeBackwardIsTheAdjointAndRotationsKeepNorms) {
+  const int64_t rows = 5, heads = 3, dim = 8;
+  const RopeTable table = rope_table(dim, 16, 10000.0, nullptr);
+  std::vector<int32_t> pos = {0, 3, 7, 15, 1};
+  auto x = randn(rows * heads * dim, 1), y = randn(rows * heads * dim, 2);
+  auto rx = x, ry = y;
+  rope_forward(rx.data(), pos.data(), rows, heads, dim, table);
+  rope_backward(ry.data(), pos.data(), rows, heads, dim, table);
+  EXPECT_NEAR(dot(rx, y), dot(x, ry), 1e-4);          // <R x, y> == <x, R^T y>
+  EXPECT_NEAR(dot(rx, rx), dot(x, x), 1e-4 * dot(x, x));
+  // Position 0 is the identity.
+  for (int64_t i = 0; i < heads * dim; ++i) EXPECT_EQ(rx[static_cast<size_t>(i)], x[static_cast<size_t>(i)]);
+}
+
+TEST(OpsGrad, RopeLlama3ScalingKeepsHighFrequenciesAndSlowsLowOnes) {
+  RopeScaling s;  // factor 8, low 1, high 4, original 8192
+  const RopeTable plain = rope_table(128, 2, 500000.0, nullptr);
+  const RopeTable scaled = rope_table(128, 2, 500000.0, &s);
+  // At position 1 the angle is the frequency itself: the highest frequency is unchanged, the
+  // lowest is divided by the factor.
+  const size_t highest = 64 + 0, lowest = 64 + 63;  // [position 1, pair i] in a [2, 64] table
+  EXPECT_EQ(plain.sin[highest], scaled.sin[highest]);
+  const double f_low = std::asin(static_cast<double>(plain.sin[lowest]));
+  const double f_low_scaled = std::asin(static_cast<double>(scaled.sin[lowest]));
+  EXPECT_NEAR(f_low_scaled, f_low / 8.0, 1e-9);
+}
+
+TEST(OpsGrad, Attention) {
+  const AttentionShape s{2, 5, 4, 2, 4};
+  const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.T * s.Hkv * s.D;
+  auto q = randn(nq, 1), k = randn(nkv, 2), v = randn(nkv, 3), r = randn(nq, 4);
+  std::vector<float> o(nq), probs(static_cast<size_t>(s.B * s.Hq * s.T * s.T)), dq(nq), dk(nkv), dv(nkv);
+  auto loss = [&] {
+    attention_forward(o.data(), probs.data(), q.data(), k.data(), v.data(), s);
+    return dot(o, r);
+  };
+  loss();
+  attention_backward(dq.data(), dk.data(), dv.data(), r.data(), probs.data(), q.data(), k.data(), v.data(), s);
+  expect_gradient_matches("attention dq", q.data(), nq, dq.data(), loss, 1e-2, 1e-3, 1e-2);
+  expect_gradient_matches("attention dk", k.data(), nkv, dk.data(), loss, 1e-2, 1e-3, 1e-2);
+  expect_gradient_matches("attention dv", v.data(), nkv, dv.data(), loss, 1e-2, 1e-3, 1e-2);
+  // Causality: the first position's output depends on the first key/value only.
+  for (int64_t h = 0; h < s.Hq; ++h) EXPECT_EQ(probs[static_cast<size_t>(h * s.T * s.T)], 1.0f);
+}
+
+TEST(OpsGrad, TokenLogprobs) {
+  const int64_t N = 4, V = 7;
+  auto logits = randn(N * V, 1, 2.0f), r = randn(N, 2);
+  std::vector<int32_t> targets = {3, -1, 0, 6};
+  std::vector<float> lp(N), dlogits(N * V);
+  auto loss = [&] {
+    token_logprobs_forward(lp.data(), logits.data(), targets.data(), N, V);
+    return dot(lp, r);
+  };
+  loss();
+  EXPECT_EQ(lp[1], 0.0f);
+  double total = 0;  // probabilities of one row sum to 1
+  for (int64_t v = 0; v < V; ++v) total += std::exp(static_cast<double>(logits[static_cast<size_t>(v)]) - logsumexp_row(logits.data(), V));
+  EXPECT_NEAR(total, 1.0, 1e-6);
+  token_logprobs_backward(dlogits.data(), r.data(), logits.data(), targets.data(), N, V);
+  expect_gradient_matches("logprob dlogits", logits.data(), N * V, dlogits.data(), loss, 1e-2, 1e-3, 1e-2);
+}
+
+}  // namespace
+}  // namespace fp8rl
