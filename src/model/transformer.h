@@ -54,6 +54,8 @@ class Transformer {
 
   // logprobs [B*T]: log-prob of targets[n] at row n (0 where targets[n] < 0). Saves activations.
   void forward(const TokenBatch& batch, float* logprobs);
+  // Logits [B*T, V] of the last forward (FP32).
+  const float* logits() const { return logits_.data(); }
   // Adds the gradient of sum_n dlogprobs[n] * logprobs[n] to grads(). Uses the last forward.
   void backward(const float* dlogprobs);
 

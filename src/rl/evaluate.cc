@@ -1,0 +1,48 @@
+#include "rl/evaluate.h"
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std::vector<std::vector<int32_t>>& prompts,
+                                                  int64_t max_new_tokens, int32_t eos, int32_t pad) {
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  const int64_t V = model.config().vocab_size;
+  std::vector<std::vector<int32_t>> seqs = prompts;
+  std::vector<std::vector<int32_t>> out(prompts.size());
+  std::vector<bool> done(prompts.size(), false);
+  for (int64_t step = 0; step < max_new_tokens; ++step) {
+    int64_t T = 0;
+    for (const auto& s : seqs) T = std::max<int64_t>(T, static_cast<int64_t>(s.size()));
+    FP8RL_CHECK(T <= model.config().max_seq_len, "greedy decoding: {} tokens exceed max_seq_len {}", T,
+                model.config().max_seq_len);
+    TokenBatch batch = TokenBatch::empty(B, T, pad);
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& s = seqs[static_cast<size_t>(b)];
+      FP8RL_CHECK(!s.empty(), "greedy decoding: prompt {} is empty (it needs at least bos)", b);
+      std::copy(s.begin(), s.end(), batch.tokens.begin() + b * T);
+      batch.lengths[static_cast<size_t>(b)] = static_cast<int32_t>(s.size());
+    }
+    std::vector<float> unused(static_cast<size_t>(B * T));
+    model.forward(batch, unused.data());
+    bool any = false;
+    for (int64_t b = 0; b < B; ++b) {
+      if (done[static_cast<size_t>(b)]) continue;
+      const float* row = model.logits() + (b * T + static_cast<int64_t>(seqs[static_cast<size_t>(b)].size()) - 1) * V;
+      int32_t best = 0;
+      for (int64_t v = 1; v < V; ++v)
+        if (row[v] > row[best]) best = static_cast<int32_t>(v);
+      if (best == eos) {
+        done[static_cast<size_t>(b)] = true;
+        continue;
+      }
+      seqs[static_cast<size_t>(b)].push_back(best);
+      out[static_cast<size_t>(b)].push_back(best);
+      any = true;
+    }
+    if (!any) break;
+  }
+  return out;
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,18 @@
+// Greedy decoding with the trainer's full forward pass (the whole prefix is recomputed at every
+// step). Slow but obviously right: the oracle for the generation engine's greedy path, and the
+// evaluator until that engine exists.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/transformer.h"
+
+namespace fp8rl {
+
+// Continues every prompt (token ids, starting with bos) by the argmax token (lowest id on ties)
+// until eos or `max_new_tokens`; returns the new tokens of each prompt (eos excluded).
+std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std::vector<std::vector<int32_t>>& prompts,
+                                                  int64_t max_new_tokens, int32_t eos, int32_t pad);
+
+}  // namespace fp8rl

@@ -1,0 +1,60 @@
+#include "rl/sft.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+TokenBatch make_sft_batch(const std::vector<const SftExample*>& examples, int32_t bos, int32_t eos, int32_t pad) {
+  FP8RL_CHECK(!examples.empty(), "make_sft_batch: no examples");
+  int64_t T = 0;
+  for (const SftExample* e : examples) T = std::max<int64_t>(T, static_cast<int64_t>(1 + e->prompt.size() + e->answer.size()));
+  TokenBatch batch = TokenBatch::empty(static_cast<int64_t>(examples.size()), T, pad);
+  for (size_t b = 0; b < examples.size(); ++b) {
+    const SftExample& e = *examples[b];
+    int32_t* tokens = batch.tokens.data() + b * static_cast<size_t>(T);
+    int32_t* targets = batch.targets.data() + b * static_cast<size_t>(T);
+    // Row t holds token t and predicts token t+1: answer tokens and the final eos are scored.
+    std::vector<int32_t> seq = {bos};
+    seq.insert(seq.end(), e.prompt.begin(), e.prompt.end());
+    seq.insert(seq.end(), e.answer.begin(), e.answer.end());
+    for (size_t t = 0; t < seq.size(); ++t) tokens[t] = seq[t];
+    const size_t first_scored = e.prompt.size();  // row of the last prompt token predicts answer[0]
+    for (size_t t = first_scored; t < seq.size(); ++t) targets[t] = t + 1 < seq.size() ? seq[t + 1] : eos;
+    batch.lengths[b] = static_cast<int32_t>(seq.size());
+  }
+  return batch;
+}
+
+SftStepResult sft_step(Transformer& model, AdamW& optimizer, const TokenBatch& batch, double lr) {
+  const int64_t N = batch.B * batch.T;
+  std::vector<float> logprobs(static_cast<size_t>(N)), dlogprobs(static_cast<size_t>(N), 0.0f);
+  model.forward(batch, logprobs.data());
+  SftStepResult r;
+  double nll = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (batch.targets[static_cast<size_t>(n)] < 0) continue;
+    nll -= logprobs[static_cast<size_t>(n)];
+    ++r.tokens;
+  }
+  FP8RL_CHECK(r.tokens > 0, "sft_step: the batch scores no tokens");
+  r.loss = nll / static_cast<double>(r.tokens);
+  if (!std::isfinite(r.loss)) {
+    r.skipped = true;
+    r.grad_norm = r.loss;
+    return r;
+  }
+  // d(mean NLL)/d logprob = -1 / tokens on every scored row.
+  const float d = -1.0f / static_cast<float>(r.tokens);
+  for (int64_t n = 0; n < N; ++n)
+    if (batch.targets[static_cast<size_t>(n)] >= 0) dlogprobs[static_cast<size_t>(n)] = d;
+  model.zero_grads();
+  model.backward(dlogprobs.data());
+  r.grad_norm = optimizer.step(model.params(), model.grads(), lr);
+  r.skipped = !std::isfinite(r.grad_norm);
+  if (!r.skipped) model.refresh_weights();
+  return r;
+}
+
+}  // namespace fp8rl

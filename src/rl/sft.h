@@ -1,0 +1,35 @@
+// Supervised fine-tuning on (prompt, answer) pairs: the warm start of RL. Only answer tokens
+// (and the closing eos) are scored; prompt tokens are context.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "model/optimizer.h"
+#include "model/transformer.h"
+
+namespace fp8rl {
+
+// One tokenized example: the model sees bos + prompt + answer and is scored on answer + eos.
+struct SftExample {
+  std::vector<int32_t> prompt;  // token ids, without bos
+  std::vector<int32_t> answer;  // token ids, without eos
+};
+
+// Right-padded batch of examples; targets are set on the rows that predict an answer token or
+// the eos, -1 elsewhere.
+TokenBatch make_sft_batch(const std::vector<const SftExample*>& examples, int32_t bos, int32_t eos, int32_t pad);
+
+struct SftStepResult {
+  double loss = 0;       // mean negative log-likelihood per scored token
+  int64_t tokens = 0;    // scored tokens
+  double grad_norm = 0;  // before clipping; non-finite means the step was skipped
+  bool skipped = false;
+};
+
+// Forward, backward of the mean token NLL, one AdamW step with learning rate `lr`, and a refresh
+// of the model's low-precision weights. A non-finite loss or gradient skips the update.
+SftStepResult sft_step(Transformer& model, AdamW& optimizer, const TokenBatch& batch, double lr);
+
+}  // namespace fp8rl
