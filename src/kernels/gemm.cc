@@ -1,36 +1,94 @@
-// GEMM dispatch. Until the fast CPU kernels land, every entry point runs its scalar twin.
+// GEMM dispatch: each public form becomes a GemmProblem (C = A B^T with operands described by
+// their layout) and runs on the back-end of the resolved ISA (gemm_blocked.h).
 #include "kernels/gemm.h"
 
-#include "kernels/reference/gemm_reference.h"
+#include "core/check.h"
+#include "kernels/gemm_blocked.h"
 
 namespace fp8rl {
+namespace {
 
+using gemm_detail::GemmOperand;
+using gemm_detail::GemmProblem;
+using gemm_detail::OperandType;
+
+const gemm_detail::GemmBackend& backend_for(OperandType type, const GemmOptions& options) {
+  // Every back-end below is batch invariant (and gives the same rows as the decode GEMV of the
+  // same ISA), so `batch_invariant` does not narrow the choice yet.
+  return resolve_isa(options.isa) == Isa::kAvx512 ? gemm_detail::gemm_backend_avx512(type)
+                                                  : gemm_detail::gemm_backend_portable(type);
+}
+
+void check_shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
+  FP8RL_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
+  FP8RL_CHECK(ldc >= N, "gemm: ldc {} < N {}", ldc, N);
+  FP8RL_CHECK(lda >= 0 && ldb >= 0, "gemm: negative leading dimension lda={} ldb={}", lda, ldb);
+}
+
+// C[M,N] = A . B^T with A seen as [M,K] and B as [N,K]; `*_k_contiguous` says which layout each
+// public form passes (nt: both; nn: A only; tn: neither).
+template <typename T>
+void run(OperandType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool a_k_contiguous,
+         const T* B, int64_t ldb, bool b_k_contiguous, float* C, int64_t ldc, bool accumulate,
+         const GemmOptions& options) {
+  check_shape(M, N, K, lda, ldb, ldc);
+  GemmProblem p;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.a = GemmOperand{type, A, lda, a_k_contiguous, nullptr};
+  p.b = GemmOperand{type, B, ldb, b_k_contiguous, nullptr};
+  p.c = C;
+  p.ldc = ldc;
+  p.accumulate = accumulate;
+  gemm_detail::gemm_blocked(p, backend_for(type, options), options.threads);
+}
+
+}  // namespace
+
+// nt: A [M,K], B [N,K].  nn: A [M,K], B [K,N].  tn: A [K,M], B [K,N].
 void gemm_nt_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                 float* C, int64_t ldc, bool accumulate) {
-  reference::gemm_nt_f32(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                 float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
+  run(OperandType::kF32, M, N, K, A, lda, true, B, ldb, true, C, ldc, accumulate, options);
 }
 void gemm_nn_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                 float* C, int64_t ldc, bool accumulate) {
-  reference::gemm_nn_f32(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                 float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
+  run(OperandType::kF32, M, N, K, A, lda, true, B, ldb, false, C, ldc, accumulate, options);
 }
 void gemm_tn_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                 float* C, int64_t ldc, bool accumulate) {
-  reference::gemm_tn_f32(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                 float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
+  run(OperandType::kF32, M, N, K, A, lda, false, B, ldb, false, C, ldc, accumulate, options);
 }
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                  float* C, int64_t ldc, bool accumulate) {
-  reference::gemm_nt_bf16(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                  float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
+  run(OperandType::kBF16, M, N, K, A, lda, true, B, ldb, true, C, ldc, accumulate, options);
 }
 void gemm_nn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                  float* C, int64_t ldc, bool accumulate) {
-  reference::gemm_nn_bf16(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                  float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
+  run(OperandType::kBF16, M, N, K, A, lda, true, B, ldb, false, C, ldc, accumulate, options);
 }
 void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                  float* C, int64_t ldc, bool accumulate) {
-  reference::gemm_tn_bf16(M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+                  float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
+  run(OperandType::kBF16, M, N, K, A, lda, false, B, ldb, false, C, ldc, accumulate, options);
 }
-void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate) {
-  reference::gemm_nt_fp8(A, B, C, ldc, accumulate);
+
+void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate,
+                 const GemmOptions& options) {
+  FP8RL_CHECK(A.mode == ScalingMode::kRows1x128, "fp8 gemm: A must be quantized 1x128 along K, got {}", A.str());
+  FP8RL_CHECK(B.mode == ScalingMode::kRows1x128 || B.mode == ScalingMode::kBlocks128x128,
+              "fp8 gemm: B must be quantized 1x128 or 128x128 along K, got {}", B.str());
+  FP8RL_CHECK(A.cols == B.cols, "fp8 gemm: reduction sizes differ: A {} vs B {}", A.str(), B.str());
+  FP8RL_CHECK(ldc >= B.rows, "fp8 gemm: ldc {} < N {}", ldc, B.rows);
+  GemmProblem p;
+  p.M = A.rows;
+  p.N = B.rows;
+  p.K = A.cols;
+  p.a = GemmOperand{OperandType::kFP8, A.codes.data(), A.cols, true, &A};
+  p.b = GemmOperand{OperandType::kFP8, B.codes.data(), B.cols, true, &B};
+  p.c = C;
+  p.ldc = ldc;
+  p.accumulate = accumulate;
+  gemm_detail::gemm_blocked(p, backend_for(OperandType::kFP8, options), options.threads);
 }
 
 }  // namespace fp8rl

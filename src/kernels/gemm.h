@@ -7,29 +7,53 @@
 //   dgrad  dX = dY W    -> gemm_nn_*(M, K, N, dY, W, dX)
 //   wgrad  dW = dY^T X  -> gemm_tn_*(N, K, M, dY, X, dW)
 // and in FP8 every one of them is gemm_nt_fp8 on the right quantized copies (see the reference).
+//
+// Every entry point takes GemmOptions (defaults: best ISA, every thread of the kernel pool).
+// Results never depend on the thread count, nor on M or on the other rows (batch invariance):
+// each output element is computed by the same instruction sequence whatever the tiling. The
+// AVX-512 and portable paths differ from each other (and from the scalar twins) only by
+// summation order and by vdpbf16ps flushing BF16 denormal inputs; docs/kernels.md has the
+// layouts and the dispatch.
 #pragma once
 
 #include <cstdint>
 
+#include "core/cpu_features.h"
 #include "numerics/bf16.h"
 #include "numerics/quantized_tensor.h"
 
 namespace fp8rl {
 
+struct GemmOptions {
+  Isa isa = Isa::kAuto;
+  int threads = 0;  // 0: hardware_threads() (core/thread_pool.h); results are the same for any count
+  // Restricts the choice of path to those whose rows are bit-identical to the decode GEMV's
+  // (kernels/gemv.h) for the same inputs and ISA. Every current path already is; the option
+  // exists so that a faster non-invariant path (AMX tiles) can never be picked silently.
+  bool batch_invariant = false;
+};
+
 void gemm_nt_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                 float* C, int64_t ldc, bool accumulate = false);
+                 float* C, int64_t ldc, bool accumulate = false,
+                 const GemmOptions& options = {});
 void gemm_nn_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                 float* C, int64_t ldc, bool accumulate = false);
+                 float* C, int64_t ldc, bool accumulate = false,
+                 const GemmOptions& options = {});
 void gemm_tn_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                 float* C, int64_t ldc, bool accumulate = false);
+                 float* C, int64_t ldc, bool accumulate = false,
+                 const GemmOptions& options = {});
 
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                  float* C, int64_t ldc, bool accumulate = false);
+                  float* C, int64_t ldc, bool accumulate = false,
+                 const GemmOptions& options = {});
 void gemm_nn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                  float* C, int64_t ldc, bool accumulate = false);
+                  float* C, int64_t ldc, bool accumulate = false,
+                 const GemmOptions& options = {});
 void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
-                  float* C, int64_t ldc, bool accumulate = false);
+                  float* C, int64_t ldc, bool accumulate = false,
+                 const GemmOptions& options = {});
 
-void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate = false);
+void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate = false,
+                 const GemmOptions& options = {});
 
 }  // namespace fp8rl

@@ -1,0 +1,105 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+
+namespace fp8rl {
+
+ThreadPool::ThreadPool(int threads) {
+  for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+// Takes task indices from the shared counter until none are left. The lock is held only to
+// take an index; tasks are coarse (a block of a GEMM), so contention is negligible.
+void ThreadPool::run_tasks() {
+  for (;;) {
+    int64_t task = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (next_task_ >= job_size_) return;
+      task = next_task_++;
+    }
+    try {
+      (*job_)(task);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = std::current_exception();
+      next_task_ = job_size_;  // stop handing out work
+    }
+  }
+}
+
+void ThreadPool::worker_loop(int worker_index) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      if (worker_index > job_threads_) continue;  // not needed for this job
+    }
+    run_tasks();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--busy_workers_ == 0) done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn, int max_threads) {
+  if (n <= 0) return;
+  int threads = max_threads <= 0 ? size() : std::min(max_threads, size());
+  threads = static_cast<int>(std::min<int64_t>(threads, n));
+  if (threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &fn;
+    job_size_ = n;
+    job_threads_ = threads - 1;
+    next_task_ = 0;
+    busy_workers_ = threads - 1;
+    error_ = nullptr;
+    ++generation_;
+  }
+  wake_.notify_all();
+  run_tasks();
+  std::exception_ptr error;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_.wait(lock, [&] { return busy_workers_ == 0; });
+    job_ = nullptr;
+    error = error_;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+int hardware_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+ThreadPool& kernel_thread_pool() {
+  static ThreadPool pool([] {
+    if (const char* env = std::getenv("FP8RL_NUM_THREADS")) {
+      const int n = std::atoi(env);
+      if (n > 0) return n;
+    }
+    // At least two threads, so that the thread-count invariance is exercised even on a
+    // one-CPU machine; kernels use no more than hardware_threads() unless asked to.
+    return std::max(2, hardware_threads());
+  }());
+  return pool;
+}
+
+}  // namespace fp8rl

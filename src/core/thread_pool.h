@@ -1,0 +1,59 @@
+// A small, persistent thread pool for the kernels' outer loops.
+//
+// parallel_for(n, fn) runs fn(i) for every task index i in [0, n) on up to `threads` threads
+// (the caller is one of them) and returns when all are done. Kernels split their work into tasks
+// whose outputs do not overlap and whose arithmetic does not depend on which thread runs them,
+// so results are bit-identical for every thread count; only the order of execution changes.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace fp8rl {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);  // starts threads - 1 workers
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn(i) for i in [0, n) on min(max_threads, size(), n) threads (max_threads <= 0: all).
+  // Tasks are handed out in index order from a shared counter. Not reentrant: fn must not call
+  // parallel_for on the same pool. The first exception thrown by a task is rethrown here.
+  void parallel_for(int64_t n, const std::function<void(int64_t)>& fn, int max_threads = 0);
+
+ private:
+  void worker_loop(int worker_index);
+  void run_tasks();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  uint64_t generation_ = 0;  // bumped once per parallel_for
+  bool stopping_ = false;
+  // The current job (valid while a parallel_for is in flight).
+  const std::function<void(int64_t)>* job_ = nullptr;
+  int64_t job_size_ = 0;
+  int job_threads_ = 0;      // workers (besides the caller) that take part
+  int64_t next_task_ = 0;    // guarded by mutex_
+  int busy_workers_ = 0;     // workers still inside the current job
+  std::exception_ptr error_;
+};
+
+// The hardware thread count (at least 1).
+int hardware_threads();
+
+// The process-wide pool the kernels use: FP8RL_NUM_THREADS threads when that is set, else
+// max(2, hardware_threads()). Kernels asked for "all threads" (threads = 0) use
+// min(size, hardware_threads()).
+ThreadPool& kernel_thread_pool();
+
+}  // namespace fp8rl

@@ -1,0 +1,293 @@
+// AVX-512 back-end of the blocked GEMM (needs AVX-512 F/BW/VL/DQ/VBMI and BF16).
+//
+// Register tile 8 x 48: 24 FP32 accumulators (8 rows x 3 vectors of 16 columns), three B
+// vectors, A broadcast from memory.
+//   BF16 and FP8: vdpbf16ps on BF16 pairs. A panel [ceil(kc/2)][8][2] bf16, B panel
+//     [ceil(kc/2)][48][2] bf16: for every pair of K, the 48 columns' two values side by side,
+//     which is the operand layout of vdpbf16ps (lane n of a vector = pair (k, k+1) of column n).
+//   FP8: E4M3 codes are decoded exactly to BF16 while packing (vpermi2b tables), scales packed
+//     as [ceil(kc/128)][tile] f32; the kernel sums each 128-slice of K in 24 zeroed accumulators
+//     and promotes it into C with the two scales (fp8-recipe.md section 4).
+//   FP32: A panel [kc][8] f32, B panel [kc][48] f32, vfmadd231ps.
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "core/aligned_buffer.h"
+#include "kernels/gemm_blocked.h"
+#include "numerics/bf16.h"
+#include "numerics/codec.h"
+#include "numerics/simd_target.h"
+
+FP8RL_AVX512_BEGIN
+#include "numerics/avx512_codec_inl.h"  // inside the region by design (see that header)
+
+namespace fp8rl::gemm_detail {
+namespace {
+
+constexpr int kMr = 8;
+constexpr int kNr = 48;
+constexpr int kNv = kNr / 16;  // accumulator vectors per row
+
+// ---- packing -------------------------------------------------------------------------------
+
+// out[g * tile + r] = the 32-bit word at base + r * ld_bytes + 4 g for r < rows, 0 for the
+// padding rows; g < groups. One "word" is a BF16 pair or one FP32 value.
+void pack_words_rows(const uint8_t* base, int64_t ld_bytes, int rows, int tile, int64_t groups, uint32_t* out) {
+  if (int64_t{tile - 1} * ld_bytes > INT_MAX) {  // offsets do not fit a gather index
+    for (int64_t g = 0; g < groups; ++g)
+      for (int r = 0; r < tile; ++r) {
+        uint32_t w = 0;
+        if (r < rows) std::memcpy(&w, base + r * ld_bytes + 4 * g, 4);
+        out[g * tile + r] = w;
+      }
+    return;
+  }
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  if (tile % 16 == 0) {
+    for (int v = 0; v < tile / 16; ++v) {
+      const __m512i row = _mm512_add_epi32(lane, _mm512_set1_epi32(16 * v));
+      const __m512i index = _mm512_mullo_epi32(row, _mm512_set1_epi32(static_cast<int>(ld_bytes)));
+      const __mmask16 valid = _mm512_cmplt_epi32_mask(row, _mm512_set1_epi32(rows));
+      for (int64_t g = 0; g < groups; ++g) {
+        const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index, base + 4 * g, 1);
+        _mm512_storeu_si512(out + g * tile + 16 * v, w);
+      }
+    }
+    return;
+  }
+  // tile == 8: one gather fetches two consecutive groups (lanes 0-7: group g, 8-15: g + 1).
+  const __m512i row = _mm512_and_si512(lane, _mm512_set1_epi32(7));
+  const __m512i index = _mm512_add_epi32(_mm512_mullo_epi32(row, _mm512_set1_epi32(static_cast<int>(ld_bytes))),
+                                         _mm512_slli_epi32(_mm512_srli_epi32(lane, 3), 2));
+  const __mmask16 valid = _mm512_cmplt_epi32_mask(row, _mm512_set1_epi32(rows));
+  int64_t g = 0;
+  for (; g + 2 <= groups; g += 2)
+    _mm512_storeu_si512(out + g * 8, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index, base + 4 * g, 1));
+  if (g < groups) {
+    const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid & 0xFF, index, base + 4 * g, 1);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + g * 8), _mm512_castsi512_si256(w));
+  }
+}
+
+// BF16 source with K contiguous: rows [r0, r0+rows), k [k0, k0+kc) -> [ceil(kc/2)][tile] pairs.
+void pack_bf16_rows(const bf16_t* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
+                    uint32_t* out) {
+  const bf16_t* base = src + r0 * ld + k0;
+  const int64_t full = kc / 2;
+  pack_words_rows(reinterpret_cast<const uint8_t*>(base), ld * 2, rows, tile, full, out);
+  if (kc % 2)  // last pair: the element k0+kc-1 and a zero (never read past the row)
+    for (int r = 0; r < tile; ++r) out[full * tile + r] = r < rows ? base[r * ld + kc - 1] : 0u;
+}
+
+// BF16 source with rows contiguous (element (r, k) at src[k * ld + r]): each pair interleaves
+// two consecutive source rows k, k+1, 16 columns at a time.
+void pack_bf16_cols(const bf16_t* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
+                    uint32_t* out) {
+  for (int64_t g = 0; g * 2 < kc; ++g) {
+    const bf16_t* even = src + (k0 + 2 * g) * ld + r0;
+    const bool has_odd = 2 * g + 1 < kc;
+    for (int v = 0; v * 16 < tile; ++v) {
+      const int left = std::clamp(rows - 16 * v, 0, 16);
+      const __mmask16 m = static_cast<__mmask16>((1u << left) - 1);
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, even + 16 * v));
+      const __m512i hi = has_odd ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, even + ld + 16 * v))
+                                 : _mm512_setzero_si512();
+      const __m512i w = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      if (tile - 16 * v >= 16) {
+        _mm512_storeu_si512(out + g * tile + 16 * v, w);
+      } else {  // tile 8
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + g * tile + 16 * v), _mm512_castsi512_si256(w));
+      }
+    }
+  }
+}
+
+void pack_bf16_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
+                     float*) {
+  const auto* src = static_cast<const bf16_t*>(op.data);
+  auto* out = static_cast<uint32_t*>(panel);
+  if (op.k_contiguous) {
+    pack_bf16_rows(src, op.ld, r0, rows, tile, k0, kc, out);
+  } else {
+    pack_bf16_cols(src, op.ld, r0, rows, tile, k0, kc, out);
+  }
+}
+
+// FP8 codes [rows, K] row-major: decode the panel's rows to BF16 (exact) in a scratch block
+// [tile][kc rounded up to 64], then pack it like a BF16 source. Scales [ceil(kc/128)][tile].
+void pack_fp8_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
+                    float* scales) {
+  thread_local AlignedBuffer<bf16_t> decoded;
+  const int64_t width = (kc + 63) / 64 * 64;
+  if (decoded.size() < static_cast<size_t>(tile * width)) decoded = AlignedBuffer<bf16_t>(static_cast<size_t>(tile * width));
+  const avx512::E4m3Decoder decoder;
+  const auto* codes = static_cast<const uint8_t*>(op.data);
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* src = codes + (r0 + r) * op.ld + k0;
+    bf16_t* dst = decoded.data() + r * width;
+    for (int64_t k = 0; k < kc; k += 64) {
+      const __m512i c = _mm512_maskz_loadu_epi8(avx512::first_bytes_mask(kc - k), src + k);
+      __m512i lo, hi;
+      decoder.decode64(c, &lo, &hi);
+      _mm512_store_si512(dst + k, lo);
+      _mm512_store_si512(dst + k + 32, hi);
+    }
+  }
+  pack_bf16_rows(decoded.data(), width, 0, rows, tile, 0, kc, static_cast<uint32_t*>(panel));
+  for (int64_t s = 0; s * kQuantBlock < kc; ++s)
+    for (int r = 0; r < tile; ++r)
+      scales[s * tile + r] = r < rows ? op.fp8->scale_at(r0 + r, k0 + s * kQuantBlock) : 1.0f;
+}
+
+void pack_f32_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
+                    float*) {
+  const auto* src = static_cast<const float*>(op.data);
+  auto* out = static_cast<float*>(panel);  // [kc][tile]
+  if (op.k_contiguous) {
+    pack_words_rows(reinterpret_cast<const uint8_t*>(src + r0 * op.ld + k0), op.ld * 4, rows, tile, kc,
+                    reinterpret_cast<uint32_t*>(out));
+    return;
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* row = src + (k0 + k) * op.ld + r0;
+    for (int v = 0; v * 16 < tile; ++v) {
+      const int left = std::clamp(rows - 16 * v, 0, 16);
+      const __m512 x = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << left) - 1), row + 16 * v);
+      if (tile - 16 * v >= 16) {
+        _mm512_storeu_ps(out + k * tile + 16 * v, x);
+      } else {
+        _mm256_storeu_ps(out + k * tile + 16 * v, _mm512_castps512_ps256(x));
+      }
+    }
+  }
+}
+
+// ---- micro-kernels ---------------------------------------------------------------------------
+
+// acc[m][v] += pairs of A row m . pairs of B columns 16v..16v+15, for `pairs` pairs in order.
+inline void dot_pairs(const uint32_t* a, const uint32_t* b, int64_t pairs, __m512 (&acc)[kMr][kNv]) {
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh bv[kNv];
+#pragma GCC unroll 3
+    for (int v = 0; v < kNv; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + p * kNr + 16 * v);
+#pragma GCC unroll 8
+    for (int m = 0; m < kMr; ++m) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[p * kMr + m]));
+#pragma GCC unroll 3
+      for (int v = 0; v < kNv; ++v) acc[m][v] = _mm512_dpbf16_ps(acc[m][v], av, bv[v]);
+    }
+  }
+}
+
+void kernel_bf16(int64_t kc, const void* a_panel, const void* b_panel, const float*, const float*, float* c,
+                 int64_t ldc, bool load_c) {
+  __m512 acc[kMr][kNv];
+  for (int m = 0; m < kMr; ++m)
+    for (int v = 0; v < kNv; ++v) acc[m][v] = load_c ? _mm512_loadu_ps(c + m * ldc + 16 * v) : _mm512_setzero_ps();
+  dot_pairs(static_cast<const uint32_t*>(a_panel), static_cast<const uint32_t*>(b_panel), (kc + 1) / 2, acc);
+  for (int m = 0; m < kMr; ++m)
+    for (int v = 0; v < kNv; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
+}
+
+void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const float* sa, const float* sb, float* c,
+                int64_t ldc, bool load_c) {
+  const auto* a = static_cast<const uint32_t*>(a_panel);
+  const auto* b = static_cast<const uint32_t*>(b_panel);
+  const int64_t pairs = (kc + 1) / 2;
+  constexpr int64_t kSlicePairs = kQuantBlock / 2;
+  for (int64_t s = 0; s * kSlicePairs < pairs; ++s) {
+    __m512 slice[kMr][kNv];
+    for (int m = 0; m < kMr; ++m)
+      for (int v = 0; v < kNv; ++v) slice[m][v] = _mm512_setzero_ps();
+    const int64_t p0 = s * kSlicePairs;
+    dot_pairs(a + p0 * kMr, b + p0 * kNr, std::min(kSlicePairs, pairs - p0), slice);
+    // Promotion: running = running + slice * (s_a * s_b), multiply then add as in the twin.
+    const bool continued = load_c || s > 0;
+    for (int m = 0; m < kMr; ++m) {
+      const __m512 scale_a = _mm512_set1_ps(sa[s * kMr + m]);
+      for (int v = 0; v < kNv; ++v) {
+        const __m512 scale = _mm512_mul_ps(scale_a, _mm512_loadu_ps(sb + s * kNr + 16 * v));
+        float* cv = c + m * ldc + 16 * v;
+        const __m512 running = continued ? _mm512_loadu_ps(cv) : _mm512_setzero_ps();
+        _mm512_storeu_ps(cv, _mm512_add_ps(running, _mm512_mul_ps(slice[m][v], scale)));
+      }
+    }
+  }
+}
+
+void kernel_f32(int64_t kc, const void* a_panel, const void* b_panel, const float*, const float*, float* c,
+                int64_t ldc, bool load_c) {
+  const auto* a = static_cast<const float*>(a_panel);
+  const auto* b = static_cast<const float*>(b_panel);
+  __m512 acc[kMr][kNv];
+  for (int m = 0; m < kMr; ++m)
+    for (int v = 0; v < kNv; ++v) acc[m][v] = load_c ? _mm512_loadu_ps(c + m * ldc + 16 * v) : _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bv[kNv];
+#pragma GCC unroll 3
+    for (int v = 0; v < kNv; ++v) bv[v] = _mm512_loadu_ps(b + k * kNr + 16 * v);
+#pragma GCC unroll 8
+    for (int m = 0; m < kMr; ++m) {
+      const __m512 av = _mm512_set1_ps(a[k * kMr + m]);
+#pragma GCC unroll 3
+      for (int v = 0; v < kNv; ++v) acc[m][v] = _mm512_fmadd_ps(av, bv[v], acc[m][v]);
+    }
+  }
+  for (int m = 0; m < kMr; ++m)
+    for (int v = 0; v < kNv; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
+}
+
+GemmBackend make_backend(OperandType type) {
+  GemmBackend be;
+  be.mr = kMr;
+  be.nr = kNr;
+  be.mc_block = 192;
+  be.nc_block = 1536;
+  switch (type) {
+    case OperandType::kF32:
+      be.name = "avx512-f32";
+      be.k_group = 1;
+      be.element_bytes = 4;
+      be.kc_block = 128;  // B panel 128 x 48 x 4 = 24 KiB stays in L1
+      be.pack_a = be.pack_b = pack_f32_panel;
+      be.kernel = kernel_f32;
+      break;
+    case OperandType::kBF16:
+      be.name = "avx512-bf16";
+      be.k_group = 2;
+      be.element_bytes = 2;
+      be.kc_block = 256;  // B panel 256 x 48 x 2 = 24 KiB
+      be.pack_a = be.pack_b = pack_bf16_panel;
+      be.kernel = kernel_bf16;
+      break;
+    case OperandType::kFP8:
+      be.name = "avx512-fp8";
+      be.k_group = 2;
+      be.element_bytes = 2;
+      be.blockwise = true;
+      be.kc_block = 256;  // a multiple of 128: slices never straddle K blocks
+      be.pack_a = be.pack_b = pack_fp8_panel;
+      be.kernel = kernel_fp8;
+      break;
+  }
+  return be;
+}
+
+}  // namespace
+
+const GemmBackend& gemm_backend_avx512(OperandType type) {
+  static const GemmBackend f32 = make_backend(OperandType::kF32);
+  static const GemmBackend bf16 = make_backend(OperandType::kBF16);
+  static const GemmBackend fp8 = make_backend(OperandType::kFP8);
+  switch (type) {
+    case OperandType::kF32: return f32;
+    case OperandType::kBF16: return bf16;
+    case OperandType::kFP8: return fp8;
+  }
+  return f32;
+}
+
+}  // namespace fp8rl::gemm_detail
+
+FP8RL_AVX512_END

@@ -1,0 +1,158 @@
+// The blocked GEMM driver (see gemm_blocked.h for the loop nest and the layouts).
+#include "kernels/gemm_blocked.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "core/thread_pool.h"
+
+namespace fp8rl::gemm_detail {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Per-thread packing storage, grown on demand and kept for the next call (the refit and the
+// training step call the same shapes over and over).
+struct PackBuffers {
+  AlignedBuffer<std::byte> a, b;
+  AlignedBuffer<float> a_scales, b_scales;
+};
+
+template <typename T>
+T* reserve(AlignedBuffer<T>& buffer, size_t size) {
+  if (buffer.size() < size) buffer = AlignedBuffer<T>(size);
+  return buffer.data();
+}
+
+PackBuffers& thread_pack_buffers() {
+  thread_local PackBuffers buffers;
+  return buffers;
+}
+
+// The rectangle of C one task computes.
+struct TaskRange {
+  int64_t m0, m1, n0, n1;
+};
+
+// Runs the blocked loop nest on C[m0:m1, n0:n1] into `dst` (row stride ldd): C itself, or a
+// scratch product that the caller adds to C.
+void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, float* dst, int64_t ldd) {
+  PackBuffers& buf = thread_pack_buffers();
+  const int64_t kg = be.k_group;
+  const int64_t groups_max = ceil_div(be.kc_block, kg);
+  const int64_t slices_max = ceil_div(be.kc_block, kQuantBlock);
+  const int64_t a_panel_bytes = groups_max * be.mr * kg * be.element_bytes;
+  const int64_t b_panel_bytes = groups_max * be.nr * kg * be.element_bytes;
+  const int64_t a_panels_max = ceil_div(std::min(be.mc_block, r.m1 - r.m0), be.mr);
+  const int64_t b_panels_max = ceil_div(std::min(be.nc_block, r.n1 - r.n0), be.nr);
+  std::byte* a_pack = reserve(buf.a, static_cast<size_t>(a_panels_max * a_panel_bytes));
+  std::byte* b_pack = reserve(buf.b, static_cast<size_t>(b_panels_max * b_panel_bytes));
+  float* a_scales = be.blockwise ? reserve(buf.a_scales, static_cast<size_t>(a_panels_max * slices_max * be.mr)) : nullptr;
+  float* b_scales = be.blockwise ? reserve(buf.b_scales, static_cast<size_t>(b_panels_max * slices_max * be.nr)) : nullptr;
+  alignas(64) float edge_tile[16 * 64];  // MR x NR tiles up to 16 x 64
+
+  for (int64_t pc = 0; pc < p.K; pc += be.kc_block) {
+    const int64_t kc = std::min(be.kc_block, p.K - pc);
+    const bool load_c = pc > 0;
+    for (int64_t jc = r.n0; jc < r.n1; jc += be.nc_block) {
+      const int64_t nc = std::min(be.nc_block, r.n1 - jc);
+      const int64_t b_panels = ceil_div(nc, be.nr);
+      for (int64_t j = 0; j < b_panels; ++j) {
+        const int64_t n = jc + j * be.nr;
+        be.pack_b(p.b, n, static_cast<int>(std::min<int64_t>(be.nr, r.n1 - n)), be.nr, pc, kc,
+                  b_pack + j * b_panel_bytes, b_scales ? b_scales + j * slices_max * be.nr : nullptr);
+      }
+      for (int64_t ic = r.m0; ic < r.m1; ic += be.mc_block) {
+        const int64_t mc = std::min(be.mc_block, r.m1 - ic);
+        const int64_t a_panels = ceil_div(mc, be.mr);
+        for (int64_t i = 0; i < a_panels; ++i) {
+          const int64_t m = ic + i * be.mr;
+          be.pack_a(p.a, m, static_cast<int>(std::min<int64_t>(be.mr, r.m1 - m)), be.mr, pc, kc,
+                    a_pack + i * a_panel_bytes, a_scales ? a_scales + i * slices_max * be.mr : nullptr);
+        }
+        for (int64_t j = 0; j < b_panels; ++j) {
+          const int64_t n = jc + j * be.nr;
+          const int64_t cols = std::min<int64_t>(be.nr, r.n1 - n);
+          const std::byte* b_panel = b_pack + j * b_panel_bytes;
+          const float* sb = b_scales ? b_scales + j * slices_max * be.nr : nullptr;
+          for (int64_t i = 0; i < a_panels; ++i) {
+            const int64_t m = ic + i * be.mr;
+            const int64_t rows = std::min<int64_t>(be.mr, r.m1 - m);
+            const std::byte* a_panel = a_pack + i * a_panel_bytes;
+            const float* sa = a_scales ? a_scales + i * slices_max * be.mr : nullptr;
+            float* c = dst + (m - r.m0) * ldd + (n - r.n0);
+            if (rows == be.mr && cols == be.nr) {
+              be.kernel(kc, a_panel, b_panel, sa, sb, c, ldd, load_c);
+              continue;
+            }
+            // Edge tile: the kernel works on a full tile in a buffer; only the valid part of C
+            // is read and written.
+            if (load_c)
+              for (int64_t y = 0; y < rows; ++y)
+                std::copy(c + y * ldd, c + y * ldd + cols, edge_tile + y * be.nr);
+            be.kernel(kc, a_panel, b_panel, sa, sb, edge_tile, be.nr, load_c);
+            for (int64_t y = 0; y < rows; ++y)
+              std::copy(edge_tile + y * be.nr, edge_tile + y * be.nr + cols, c + y * ldd);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Splits C into `parts` rectangles along its longer side, aligned to the register tile, so that
+// no two tasks write the same element.
+std::vector<TaskRange> split_tasks(const GemmProblem& p, const GemmBackend& be, int parts) {
+  std::vector<TaskRange> tasks;
+  const bool split_n = p.N >= p.M;
+  const int64_t extent = split_n ? p.N : p.M;
+  const int64_t tile = split_n ? be.nr : be.mr;
+  const int64_t tiles = ceil_div(extent, tile);
+  parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(parts, tiles)));
+  for (int t = 0; t < parts; ++t) {
+    const int64_t begin = std::min(extent, tiles * t / parts * tile);
+    const int64_t end = std::min(extent, tiles * (t + 1) / parts * tile);
+    if (begin >= end) continue;
+    tasks.push_back(split_n ? TaskRange{0, p.M, begin, end} : TaskRange{begin, end, 0, p.N});
+  }
+  return tasks;
+}
+
+}  // namespace
+
+void gemm_blocked(const GemmProblem& p, const GemmBackend& be, int threads) {
+  if (p.M == 0 || p.N == 0) return;
+  if (p.K == 0) {
+    if (!p.accumulate)
+      for (int64_t m = 0; m < p.M; ++m) std::fill(p.c + m * p.ldc, p.c + m * p.ldc + p.N, 0.0f);
+    return;
+  }
+  ThreadPool& pool = kernel_thread_pool();
+  const int parts = std::min(pool.size(), threads <= 0 ? hardware_threads() : threads);
+  const std::vector<TaskRange> tasks = split_tasks(p, be, parts);
+
+  // With `accumulate`, C = C + (A B^T) as in the scalar twin: the product is formed on its own
+  // (starting from zero) and added at the end.
+  AlignedBuffer<float> product;
+  float* dst = p.c;
+  int64_t ldd = p.ldc;
+  if (p.accumulate) {
+    product = AlignedBuffer<float>(static_cast<size_t>(p.M * p.N));
+    dst = product.data();
+    ldd = p.N;
+  }
+  pool.parallel_for(
+      static_cast<int64_t>(tasks.size()),
+      [&](int64_t t) {
+        const TaskRange& r = tasks[static_cast<size_t>(t)];
+        run_task(p, be, r, dst + r.m0 * ldd + r.n0, ldd);
+        if (p.accumulate)
+          for (int64_t m = r.m0; m < r.m1; ++m)
+            for (int64_t n = r.n0; n < r.n1; ++n) p.c[m * p.ldc + n] += dst[m * ldd + n];
+      },
+      parts);
+}
+
+}  // namespace fp8rl::gemm_detail

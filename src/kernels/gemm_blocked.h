@@ -1,0 +1,78 @@
+// The blocked GEMM driver shared by every fast path, and the interface its ISA back-ends fill.
+//
+// C[M,N] = A[M,K] . B[N,K]^T, where each operand is described by a GemmOperand (any of the
+// public API's layouts). The driver cuts the problem into cache blocks (GotoBLAS / BLIS loop
+// order), asks the back-end to pack micro-panels of A and B into its register-tile layout, and
+// calls the back-end's micro-kernel on every MR x NR tile of C:
+//
+//   for pc in K by kc_block                      (a K block; kc_block is a multiple of 128)
+//     for jc in N by nc_block:  pack B block     [nc/NR panels][kc/kg][NR][kg]
+//       for ic in M by mc_block: pack A block    [mc/MR panels][kc/kg][MR][kg]
+//         for jr in nc by NR, ir in mc by MR:    micro-kernel on C[ic+ir : +MR, jc+jr : +NR]
+//
+// kg (k_group) is 2 for BF16 pairs (the vdpbf16ps operand layout), 1 for FP32. Panels are
+// zero-padded past the matrix edges, so the micro-kernel always computes full tiles; edge tiles
+// go through a small buffer. The accumulators continue across K blocks by reloading C (FP32
+// round-trips through memory exactly), so the summation order of each element is fixed by K
+// alone: that is what makes every row independent of M, N, the tiling and the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "numerics/quantized_tensor.h"
+
+namespace fp8rl::gemm_detail {
+
+enum class OperandType { kF32, kBF16, kFP8 };
+
+// One GEMM operand seen as a [rows, K] matrix (rows = M for A, N for B).
+struct GemmOperand {
+  OperandType type = OperandType::kF32;
+  const void* data = nullptr;  // F32 or BF16 elements; for kFP8 the codes of `fp8`
+  int64_t ld = 0;              // leading dimension in elements
+  // true: element (r, k) at data[r * ld + k] (K contiguous); false: at data[k * ld + r].
+  bool k_contiguous = true;
+  const QuantizedMatrix* fp8 = nullptr;  // kFP8 only: codes [rows, K] row-major and scales
+};
+
+// Packs rows [r0, r0 + rows) x k [k0, k0 + kc) of `op` into one micro-panel of `tile` rows:
+// [ceil(kc/kg)][tile][kg] elements, zero past the matrix. Blockwise back-ends also write the
+// dequantization scales of the panel: [ceil(kc/128)][tile] FP32 (1 past the matrix).
+using PackPanelFn = void (*)(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
+                             void* panel, float* scales);
+
+// C tile [MR, NR] (row stride ldc) from panels covering kc elements of K. With `load_c` the
+// accumulators start from C (a continued K block), else from zero. Blockwise kernels sum each
+// 128-element slice separately and add slice * (sa[m] * sb[n]) to the running value in C.
+using MicroKernelFn = void (*)(int64_t kc, const void* a_panel, const void* b_panel, const float* a_scales,
+                               const float* b_scales, float* c, int64_t ldc, bool load_c);
+
+struct GemmBackend {
+  const char* name = "";
+  int mr = 0, nr = 0;        // register tile
+  int k_group = 1;           // elements of K per packed group (2: BF16 pairs)
+  int element_bytes = 4;     // bytes per packed element
+  bool blockwise = false;    // per-128-K slices with scales (FP8)
+  int64_t kc_block = 256, mc_block = 192, nc_block = 1536;
+  PackPanelFn pack_a = nullptr;
+  PackPanelFn pack_b = nullptr;
+  MicroKernelFn kernel = nullptr;
+};
+
+struct GemmProblem {
+  int64_t M = 0, N = 0, K = 0;
+  GemmOperand a, b;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  bool accumulate = false;
+};
+
+// Runs the problem on up to `threads` threads of kernel_thread_pool() (0: hardware_threads()).
+void gemm_blocked(const GemmProblem& problem, const GemmBackend& backend, int threads);
+
+// Back-ends. Each chooses the backend for an operand type; the AVX-512 ones exist only where
+// the CPU has AVX-512 BF16 (resolve_isa() said kAvx512).
+const GemmBackend& gemm_backend_portable(OperandType type);
+const GemmBackend& gemm_backend_avx512(OperandType type);
+
+}  // namespace fp8rl::gemm_detail

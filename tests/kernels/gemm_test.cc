@@ -1,0 +1,225 @@
+// Fast GEMM paths against their scalar twins (kernels/reference) on awkward shapes, with a
+// tolerance derived from the inputs (product_check.h); thread-count and batch invariance bit for
+// bit.
+#include "kernels/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "kernels/reference/gemm_reference.h"
+#include "numerics/e4m3.h"
+#include "numerics/quantize.h"
+#include "tests/kernels/product_check.h"
+#include "tests/test_util.h"
+
+namespace fp8rl {
+namespace {
+
+struct Shape3 {
+  int64_t M, N, K;
+};
+// Sizes around the register tiles (8 x 48, 4 x 16), the 128 slices and the K blocks (128, 256).
+const Shape3 kShapes[] = {{1, 1, 1},     {1, 129, 127},  {127, 1, 129}, {9, 49, 256},
+                          {129, 127, 1}, {33, 97, 1000}, {17, 1000, 65}, {100, 130, 300}};
+
+enum class Form { kNT, kNN, kTN };
+const char* form_name(Form f) { return f == Form::kNT ? "nt" : f == Form::kNN ? "nn" : "tn"; }
+
+std::vector<float> random_values(int64_t n, uint64_t seed) {
+  std::vector<float> x(static_cast<size_t>(n));
+  fill_normal(x.data(), n, 0.0f, 1.0f, seed, 0);
+  return x;
+}
+
+// Logical operands a [M,K], b [N,K] stored as the form's physical layout with padded rows.
+struct Operands {
+  int64_t lda, ldb;
+  std::vector<float> a_phys, b_phys;
+};
+Operands lay_out(Form f, const Shape3& s, const std::vector<float>& a, const std::vector<float>& b) {
+  Operands o;
+  const bool a_t = f == Form::kTN, b_t = f != Form::kNT;  // stored transposed: [K, M] / [K, N]
+  o.lda = (a_t ? s.M : s.K) + 3;
+  o.ldb = (b_t ? s.N : s.K) + 5;
+  o.a_phys.assign(static_cast<size_t>((a_t ? s.K : s.M) * o.lda), 1e30f);  // padding must never be read
+  o.b_phys.assign(static_cast<size_t>((b_t ? s.K : s.N) * o.ldb), 1e30f);
+  for (int64_t m = 0; m < s.M; ++m)
+    for (int64_t k = 0; k < s.K; ++k) o.a_phys[static_cast<size_t>(a_t ? k * o.lda + m : m * o.lda + k)] = a[m * s.K + k];
+  for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t k = 0; k < s.K; ++k) o.b_phys[static_cast<size_t>(b_t ? k * o.ldb + n : n * o.ldb + k)] = b[n * s.K + k];
+  return o;
+}
+
+std::vector<double> magnitudes(const Shape3& s, const std::vector<float>& a, const std::vector<float>& b,
+                               const std::vector<float>& c_old) {
+  std::vector<double> mag(static_cast<size_t>(s.M * s.N));
+  for (int64_t m = 0; m < s.M; ++m)
+    for (int64_t n = 0; n < s.N; ++n) {
+      double sum = std::fabs(c_old[m * s.N + n]);
+      for (int64_t k = 0; k < s.K; ++k) sum += std::fabs(static_cast<double>(a[m * s.K + k]) * b[n * s.K + k]);
+      mag[static_cast<size_t>(m * s.N + n)] = sum;
+    }
+  return mag;
+}
+
+std::vector<bf16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<bf16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = f32_to_bf16(x[i]);
+  return h;
+}
+std::vector<float> round_bf16(const std::vector<float>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  return r;
+}
+
+using F32Gemm = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*, int64_t,
+                         bool);
+using Bf16Gemm = void (*)(int64_t, int64_t, int64_t, const bf16_t*, int64_t, const bf16_t*, int64_t, float*, int64_t,
+                          bool);
+
+TEST(Gemm, Float32AndBf16FormsMatchTheTwins) {
+  for (Isa isa : testing::available_isas())
+    for (const Shape3& s : kShapes)
+      for (Form f : {Form::kNT, Form::kNN, Form::kTN})
+        for (bool accumulate : {false, true}) {
+          const std::string what = std::string(isa_name(isa)) + " " + form_name(f) + " M=" + std::to_string(s.M) +
+                                   " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K) +
+                                   (accumulate ? " accumulate" : "");
+          const std::vector<float> a = random_values(s.M * s.K, 1), b = random_values(s.N * s.K, 2);
+          const std::vector<float> c_old = accumulate ? random_values(s.M * s.N, 3) : std::vector<float>(s.M * s.N);
+          const GemmOptions options{isa, 2, false};
+          {  // FP32: the fast path may contract to FMA, one more rounding per term.
+            const Operands o = lay_out(f, s, a, b);
+            std::vector<float> fast = c_old, twin = c_old;
+            const F32Gemm twins[] = {reference::gemm_nt_f32, reference::gemm_nn_f32, reference::gemm_tn_f32};
+            const auto fn = f == Form::kNT ? gemm_nt_f32 : f == Form::kNN ? gemm_nn_f32 : gemm_tn_f32;
+            fn(s.M, s.N, s.K, o.a_phys.data(), o.lda, o.b_phys.data(), o.ldb, fast.data(), s.N, accumulate, options);
+            twins[static_cast<int>(f)](s.M, s.N, s.K, o.a_phys.data(), o.lda, o.b_phys.data(), o.ldb, twin.data(), s.N,
+                                       accumulate);
+            testing::expect_close_to_twin("f32 " + what, s.M, s.N, fast.data(), twin.data(), s.N,
+                                          magnitudes(s, a, b, c_old), 2 * s.K + 1);
+          }
+          {  // BF16: exact products, FP32 sums.
+            const std::vector<float> ar = round_bf16(a), br = round_bf16(b);
+            const Operands o = lay_out(f, s, ar, br);
+            const std::vector<bf16_t> ah = to_bf16(o.a_phys), bh = to_bf16(o.b_phys);
+            std::vector<float> fast = c_old, twin = c_old;
+            const Bf16Gemm twins[] = {reference::gemm_nt_bf16, reference::gemm_nn_bf16, reference::gemm_tn_bf16};
+            const auto fn = f == Form::kNT ? gemm_nt_bf16 : f == Form::kNN ? gemm_nn_bf16 : gemm_tn_bf16;
+            fn(s.M, s.N, s.K, ah.data(), o.lda, bh.data(), o.ldb, fast.data(), s.N, accumulate, options);
+            twins[static_cast<int>(f)](s.M, s.N, s.K, ah.data(), o.lda, bh.data(), o.ldb, twin.data(), s.N, accumulate);
+            testing::expect_close_to_twin("bf16 " + what, s.M, s.N, fast.data(), twin.data(), s.N,
+                                          magnitudes(s, ar, br, c_old), s.K + 1);
+          }
+        }
+}
+
+// Dequantized values of a quantized matrix, [rows, cols] FP32 (exact products of code and scale
+// are what the magnitude bound needs).
+std::vector<float> dequantized(const QuantizedMatrix& q) {
+  std::vector<float> x(static_cast<size_t>(q.rows * q.cols));
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t c = 0; c < q.cols; ++c)
+      x[static_cast<size_t>(r * q.cols + c)] = e4m3_to_f32(q.codes[static_cast<size_t>(r * q.cols + c)]) * q.scale_at(r, c);
+  return x;
+}
+
+QuantizedMatrix quantized(int64_t rows, int64_t cols, ScalingMode mode, ScaleFormat format, uint64_t seed) {
+  std::vector<float> x = random_values(rows * cols, seed);
+  // Spread magnitudes over rows so that blocks get different scales.
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(r * cols + c)] *= std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+  return quantize(TensorView::contiguous(x.data(), DType::kF32, Shape{rows, cols}), mode, format).rowwise.clone();
+}
+
+TEST(Gemm, BlockwiseFp8MatchesTheTwin) {
+  for (Isa isa : testing::available_isas())
+    for (const Shape3& s : kShapes)
+      for (ScalingMode b_mode : {ScalingMode::kBlocks128x128, ScalingMode::kRows1x128})
+        for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kPow2})
+          for (bool accumulate : {false, true}) {
+            const std::string what = std::string(isa_name(isa)) + " fp8 " + scaling_mode_name(b_mode) +
+                                     (format == ScaleFormat::kPow2 ? " pow2" : " fp32") + " M=" + std::to_string(s.M) +
+                                     " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K) +
+                                     (accumulate ? " accumulate" : "");
+            const QuantizedMatrix A = quantized(s.M, s.K, ScalingMode::kRows1x128, format, 11);
+            const QuantizedMatrix B = quantized(s.N, s.K, b_mode, format, 12);
+            const std::vector<float> c_old = accumulate ? random_values(s.M * s.N, 3) : std::vector<float>(s.M * s.N);
+            std::vector<float> fast = c_old, twin = c_old;
+            gemm_nt_fp8(A, B, fast.data(), s.N, accumulate, GemmOptions{isa, 2, false});
+            reference::gemm_nt_fp8(A, B, twin.data(), s.N, accumulate);
+            const int64_t additions = s.K + 2 * ((s.K + 127) / 128) + 1;  // + scale product and promotion
+            testing::expect_close_to_twin(what, s.M, s.N, fast.data(), twin.data(), s.N,
+                                          magnitudes(s, dequantized(A), dequantized(B), c_old), additions);
+          }
+}
+
+TEST(Gemm, ResultsAreIdenticalForOneAndTwoThreads) {
+  const Shape3 s{70, 200, 300};
+  const std::vector<float> a = random_values(s.M * s.K, 5), b = random_values(s.N * s.K, 6);
+  const std::vector<bf16_t> ah = to_bf16(a), bh = to_bf16(b);
+  const QuantizedMatrix A = quantized(s.M, s.K, ScalingMode::kRows1x128, ScaleFormat::kFp32, 7);
+  const QuantizedMatrix B = quantized(s.N, s.K, ScalingMode::kBlocks128x128, ScaleFormat::kFp32, 8);
+  const Shape3 tall{300, 70, 200};  // M > N: the split runs along M
+  for (Isa isa : testing::available_isas()) {
+    std::vector<float> c[2], d[2], e[2], g[2];
+    for (int t = 0; t < 2; ++t) {
+      const GemmOptions options{isa, t + 1, false};
+      c[t].resize(s.M * s.N);
+      d[t].resize(s.M * s.N);
+      e[t].resize(s.M * s.N);
+      g[t].resize(tall.M * tall.N);
+      gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, c[t].data(), s.N, false, options);
+      gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, d[t].data(), s.N, false, options);
+      gemm_nt_fp8(A, B, e[t].data(), s.N, false, options);
+      gemm_tn_bf16(tall.M, tall.N, tall.K, bh.data(), tall.M, ah.data(), tall.N, g[t].data(), tall.N, false, options);
+    }
+    EXPECT_EQ(0, std::memcmp(c[0].data(), c[1].data(), c[0].size() * 4)) << isa_name(isa) << " f32";
+    EXPECT_EQ(0, std::memcmp(d[0].data(), d[1].data(), d[0].size() * 4)) << isa_name(isa) << " bf16";
+    EXPECT_EQ(0, std::memcmp(e[0].data(), e[1].data(), e[0].size() * 4)) << isa_name(isa) << " fp8";
+    EXPECT_EQ(0, std::memcmp(g[0].data(), g[1].data(), g[0].size() * 4)) << isa_name(isa) << " bf16 tn";
+  }
+}
+
+// One row of a kRows1x128 matrix as a matrix of its own (its codes and scales are independent of
+// the other rows).
+QuantizedMatrix row_of(const QuantizedMatrix& q, int64_t r) {
+  QuantizedMatrix one(ScalingMode::kRows1x128, 1, q.cols);
+  std::memcpy(one.codes.data(), q.codes.data() + r * q.cols, static_cast<size_t>(q.cols));
+  const int64_t sc = q.scales().cols;
+  std::memcpy(one.scale_inv.data(), q.scale_inv.data() + r * sc, static_cast<size_t>(sc) * 4);
+  return one;
+}
+
+TEST(Gemm, RowsDoNotDependOnTheOtherRows) {
+  const Shape3 s{37, 150, 700};
+  const std::vector<bf16_t> ah = to_bf16(random_values(s.M * s.K, 9)), bh = to_bf16(random_values(s.N * s.K, 10));
+  const QuantizedMatrix A = quantized(s.M, s.K, ScalingMode::kRows1x128, ScaleFormat::kFp32, 7);
+  const QuantizedMatrix B = quantized(s.N, s.K, ScalingMode::kBlocks128x128, ScaleFormat::kFp32, 8);
+  for (Isa isa : testing::available_isas()) {
+    const GemmOptions options{isa, 1, true};
+    std::vector<float> full(s.M * s.N), full8(s.M * s.N), one(s.N);
+    gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, full.data(), s.N, false, options);
+    gemm_nt_fp8(A, B, full8.data(), s.N, false, options);
+    for (int64_t m : {0, 5, 8, 36}) {
+      gemm_nt_bf16(1, s.N, s.K, ah.data() + m * s.K, s.K, bh.data(), s.K, one.data(), s.N, false, options);
+      EXPECT_EQ(0, std::memcmp(one.data(), full.data() + m * s.N, s.N * 4)) << isa_name(isa) << " bf16 row " << m;
+      gemm_nt_fp8(row_of(A, m), B, one.data(), s.N, false, options);
+      EXPECT_EQ(0, std::memcmp(one.data(), full8.data() + m * s.N, s.N * 4)) << isa_name(isa) << " fp8 row " << m;
+    }
+    // A different M (rows 3..11 on their own): the same rows again.
+    std::vector<float> part(9 * s.N);
+    gemm_nt_bf16(9, s.N, s.K, ah.data() + 3 * s.K, s.K, bh.data(), s.K, part.data(), s.N, false, options);
+    EXPECT_EQ(0, std::memcmp(part.data(), full.data() + 3 * s.N, part.size() * 4)) << isa_name(isa) << " bf16 M=9";
+  }
+}
+
+}  // namespace
+}  // namespace fp8rl
