@@ -1,0 +1,109 @@
+#include "tasks/arithmetic.h"
+
+#include <fmt/format.h>
+
+#include <unordered_set>
+
+#include "core/check.h"
+#include "core/rng.h"
+
+namespace fp8rl {
+namespace {
+
+constexpr uint64_t kValidationStream = 1;
+constexpr uint64_t kTrainStream = 2;
+// Draws allowed per requested example before giving up (only reachable when a split needs most
+// of a small problem space; the size check in the constructor keeps that rare).
+constexpr int64_t kDrawsPerExample = 200;
+
+uint64_t pow10(int d) {
+  uint64_t p = 1;
+  for (int i = 0; i < d; ++i) p *= 10;
+  return p;
+}
+
+// Uniform among the numbers with exactly `digits` digits (0..9 for one digit).
+int64_t draw_operand(RandomStream& rng, int digits) {
+  if (digits == 1) return rng.next_below(10);
+  const uint64_t lo = pow10(digits - 1);
+  return static_cast<int64_t>(lo + rng.next_below(static_cast<uint32_t>(9 * lo)));
+}
+
+Example draw_example(RandomStream& rng, const ArithmeticTaskConfig& c) {
+  const int span = c.max_operand_digits - c.min_operand_digits + 1;
+  const char op = c.operators[rng.next_below(static_cast<uint32_t>(c.operators.size()))];
+  const int64_t a = draw_operand(rng, c.min_operand_digits + static_cast<int>(rng.next_below(static_cast<uint32_t>(span))));
+  const int64_t b = draw_operand(rng, c.min_operand_digits + static_cast<int>(rng.next_below(static_cast<uint32_t>(span))));
+  return Example{fmt::format("{}{}{}=", a, op, b), arithmetic_answer(a, op, b)};
+}
+
+[[noreturn]] void config_error(std::string_view message) {
+  throw Error(fmt::format("arithmetic task config: {}", message));
+}
+
+}  // namespace
+
+std::string arithmetic_answer(int64_t a, char op, int64_t b) {
+  switch (op) {
+    case '+': return std::to_string(a + b);
+    case '-': return std::to_string(a - b);
+    case '*': return std::to_string(a * b);
+  }
+  FP8RL_CHECK(false, "unknown arithmetic operator '{}'", op);
+  return "";
+}
+
+double arithmetic_reward(const Example& example, std::string_view response) {
+  size_t end = 0;
+  if (end < response.size() && response[end] == '-') ++end;
+  while (end < response.size() && response[end] >= '0' && response[end] <= '9') ++end;
+  return response.substr(0, end) == example.answer ? 1.0 : 0.0;
+}
+
+uint64_t ArithmeticTask::num_possible_prompts() const {
+  const uint64_t operands =
+      pow10(config_.max_operand_digits) - (config_.min_operand_digits == 1 ? 0 : pow10(config_.min_operand_digits - 1));
+  return config_.operators.size() * operands * operands;  // <= 3 * 10^18: fits in uint64
+}
+
+ArithmeticTask::ArithmeticTask(const ArithmeticTaskConfig& config) : config_(config) {
+  const auto& c = config_;
+  if (c.min_operand_digits < 1 || c.max_operand_digits > 9 || c.min_operand_digits > c.max_operand_digits)
+    config_error(fmt::format("operand digits must satisfy 1 <= min_operand_digits <= max_operand_digits <= 9, got min {} "
+                             "and max {}",
+                             c.min_operand_digits, c.max_operand_digits));
+  if (c.operators.empty()) config_error("operators is empty; expected a subset of \"+-*\"");
+  for (size_t i = 0; i < c.operators.size(); ++i) {
+    const char op = c.operators[i];
+    if (op != '+' && op != '-' && op != '*')
+      config_error(fmt::format("operators \"{}\" contains '{}'; expected a subset of \"+-*\"", c.operators, op));
+    if (c.operators.find(op) != i)
+      config_error(fmt::format("operators \"{}\" lists '{}' twice", c.operators, op));
+  }
+  if (c.train_size < 0 || c.val_size < 0)
+    config_error(fmt::format("train_size ({}) and val_size ({}) must be >= 0", c.train_size, c.val_size));
+  const uint64_t possible = num_possible_prompts();
+  if (static_cast<uint64_t>(c.val_size) > possible / 2)
+    config_error(fmt::format("val_size {} needs more than half of the {} possible prompts; lower val_size or allow "
+                             "more operand digits or operators",
+                             c.val_size, possible));
+
+  std::unordered_set<std::string> val_prompts;
+  RandomStream val_rng(c.seed, kValidationStream);
+  for (int64_t draws = 0; static_cast<int64_t>(validation_.size()) < c.val_size; ++draws) {
+    if (draws > kDrawsPerExample * c.val_size)
+      config_error(fmt::format("could not draw {} distinct validation prompts; lower val_size", c.val_size));
+    Example e = draw_example(val_rng, c);
+    if (val_prompts.insert(e.prompt).second) validation_.push_back(std::move(e));
+  }
+  RandomStream train_rng(c.seed, kTrainStream);
+  train_.reserve(static_cast<size_t>(c.train_size));
+  for (int64_t draws = 0; static_cast<int64_t>(train_.size()) < c.train_size; ++draws) {
+    if (draws > kDrawsPerExample * c.train_size)
+      config_error("could not draw train prompts outside the validation split; lower val_size");
+    Example e = draw_example(train_rng, c);
+    if (!val_prompts.contains(e.prompt)) train_.push_back(std::move(e));
+  }
+}
+
+}  // namespace fp8rl
