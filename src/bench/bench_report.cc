@@ -48,6 +48,18 @@ double measure_read_bandwidth_gbps(int64_t bytes, int repeats) {
   return static_cast<double>(buffer.size() * 8) / seconds / 1e9;
 }
 
+double measure_write_bandwidth_gbps(int64_t bytes, int repeats) {
+  AlignedBuffer<uint64_t> buffer(static_cast<size_t>(bytes / 8));
+  uint64_t value = 1;
+  const double seconds = time_median(
+      [&] {
+        std::fill(buffer.begin(), buffer.end(), value);
+        ++value;
+      },
+      repeats);
+  return static_cast<double>(buffer.size() * 8) / seconds / 1e9;
+}
+
 void emit(const nlohmann::ordered_json& record, const BenchOptions& options) {
   if (options.json) {
     fmt::print("{}\n", record.dump());

@@ -27,6 +27,9 @@ double time_median(const std::function<void()>& fn, int repeats);
 // buffer of `bytes` (median of `repeats` passes after a warm-up pass).
 double measure_read_bandwidth_gbps(int64_t bytes, int repeats);
 
+// Streaming write bandwidth in GB/s, one thread: plain (cached) stores over `bytes`.
+double measure_write_bandwidth_gbps(int64_t bytes, int repeats);
+
 // Prints one record: `{"suite": ..., "case": ..., ...}` with --json, else "suite/case  k=v ...".
 void emit(const nlohmann::ordered_json& record, const BenchOptions& options);
 

@@ -13,26 +13,47 @@
 namespace fp8rl::avx512 {
 namespace {
 
-// 16 FP32 values -> 16 E4M3 codes (same rules as f32_to_e4m3).
-inline __m128i e4m3_encode16(__m512 x) {
+// 16 FP32 values -> 16 E4M3 codes as 32-bit lanes (0..0xFF), same rules as f32_to_e4m3.
+//
+// One FP32 add does the rounding for normals and subnormals alike: with e = max(exponent(|x|),
+// -6) and c = 2^(e+20), the FP32 ulp of c + |x| is 2^(e-3), exactly the E4M3 spacing at |x|, so
+// the adder rounds |x| to the E4M3 grid with ties to even. Since c <= c + |x| < 2c, the low bits
+// of the sum, k = bits(c + |x|) - bits(c), count E4M3 steps above 0 (subnormals) or above 2^e
+// plus 8 (normals), and the code is 8 * (e + 6) + k; a carry into the next binade comes out
+// right by itself.
+inline __m512i e4m3_encode16_lanes(__m512 x) {
   const __m512i bits = _mm512_castps_si512(x);
-  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(bits, 24), _mm512_set1_epi32(0x80));
   __m512i abs_bits = _mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF));
   const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(abs_bits, _mm512_set1_epi32(0x7F800000));
   // Saturation: positive float bit patterns order like the floats, so an integer min clamps
   // |x| (including Inf) to 448. NaN is handled by the mask above.
-  abs_bits = _mm512_min_epi32(abs_bits, _mm512_set1_epi32(0x43E00000));
-  const __mmask16 is_small = _mm512_cmplt_epi32_mask(abs_bits, _mm512_set1_epi32(0x3C800000));
-  // Normal range: round the mantissa to 3 bits, ties to even, then rebias the exponent.
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(abs_bits, 20), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_add_epi32(abs_bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFFF)));
-  const __m512i normal = _mm512_sub_epi32(_mm512_srli_epi32(rounded, 20), _mm512_set1_epi32(960));
-  // Below 2^-6: let the FP32 adder round to the 2^-9 grid (see f32_to_e4m3).
-  const __m512 shifted = _mm512_add_ps(_mm512_castsi512_ps(abs_bits), _mm512_set1_ps(16384.0f));
-  const __m512i small = _mm512_sub_epi32(_mm512_castps_si512(shifted), _mm512_set1_epi32(0x46800000));
-  __m512i code = _mm512_mask_blend_epi32(is_small, normal, small);
+  abs_bits = _mm512_min_epu32(abs_bits, _mm512_set1_epi32(0x43E00000));
+  // 2^e as a bit pattern, e >= -6 (0x3C800000 is 2^-6).
+  const __m512i pow_e = _mm512_max_epu32(_mm512_and_si512(abs_bits, _mm512_set1_epi32(0x7F800000)),
+                                         _mm512_set1_epi32(0x3C800000));
+  const __m512i c = _mm512_add_epi32(pow_e, _mm512_set1_epi32(20 << 23));
+  const __m512 sum = _mm512_add_ps(_mm512_castsi512_ps(abs_bits), _mm512_castsi512_ps(c));
+  // code = k + 8 (e + 6) = (bits(sum) - bits(c)) + ((bits(2^e) >> 20) - 8 * 121)
+  const __m512i k = _mm512_sub_epi32(_mm512_castps_si512(sum), c);
+  const __m512i base = _mm512_sub_epi32(_mm512_srli_epi32(pow_e, 20), _mm512_set1_epi32(8 * 121));
+  __m512i code = _mm512_add_epi32(k, base);
   code = _mm512_mask_mov_epi32(code, is_nan, _mm512_set1_epi32(0x7F));
-  return _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign));
+  // code | (sign bit moved to bit 7)
+  return _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(bits, 24), _mm512_set1_epi32(0x80), 0xF8);
+}
+
+// 16 FP32 values -> 16 E4M3 codes.
+inline __m128i e4m3_encode16(__m512 x) { return _mm512_cvtepi32_epi8(e4m3_encode16_lanes(x)); }
+
+// 64 FP32 values (four vectors, in order) -> 64 E4M3 codes in order. Packs with two
+// saturating pack steps and one dword permutation instead of four vpmovdb.
+inline __m512i e4m3_encode64(__m512 x0, __m512 x1, __m512 x2, __m512 x3) {
+  const __m512i p01 = _mm512_packus_epi32(e4m3_encode16_lanes(x0), e4m3_encode16_lanes(x1));
+  const __m512i p23 = _mm512_packus_epi32(e4m3_encode16_lanes(x2), e4m3_encode16_lanes(x3));
+  // Lane j of the packed bytes holds dwords (x0, x1, x2, x3)[4j..4j+3]; dword i*4+j must come from j*4+i.
+  const __m512i packed = _mm512_packus_epi16(p01, p23);
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  return _mm512_permutexvar_epi32(order, packed);
 }
 
 // 16 FP32 values -> 16 BF16 patterns (same rules as f32_to_bf16).

@@ -14,10 +14,8 @@ using avx512::first_bytes_mask;
 void e4m3_encode_f32_avx512(const float* in, uint8_t* out, int64_t n) {
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-    for (int j = 0; j < 4; ++j) {
-      const __m128i codes = avx512::e4m3_encode16(_mm512_loadu_ps(in + i + 16 * j));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 16 * j), codes);
-    }
+    _mm512_storeu_si512(out + i, avx512::e4m3_encode64(_mm512_loadu_ps(in + i), _mm512_loadu_ps(in + i + 16),
+                                                       _mm512_loadu_ps(in + i + 32), _mm512_loadu_ps(in + i + 48)));
   }
   for (; i < n; i += 16) {
     const int64_t left = n - i < 16 ? n - i : 16;

@@ -60,39 +60,58 @@ void check_matrix_storage(const QuantizedMatrix& q, const char* what) {
 
 // ---- row-wise modes -------------------------------------------------------------------------
 
-void quantize_rows_1x128(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
-  const int64_t scale_cols = q.scales().cols;
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t c0 = 0, cb = 0; c0 < x.cols; c0 += kB, ++cb) {
-      const int64_t n = std::min(kB, x.cols - c0);
-      const float qs = quant_multiplier_from_amax_bits(k.amax_bits(x.at(r, c0), n), f);
-      k.scale_encode(x.at(r, c0), n, qs, q.codes.data() + r * x.cols + c0);
-      q.scale_inv[static_cast<size_t>(r * scale_cols + cb)] = 1.0f / qs;
-    }
+// Multipliers of `count` blocks from their amax bit patterns; writes the dequantization scales
+// 1/qs to scale_inv[i * scale_stride].
+void block_multipliers(const uint32_t* amax, int64_t count, ScaleFormat f, float* qs, float* scale_inv,
+                       int64_t scale_stride) {
+  for (int64_t i = 0; i < count; ++i) {
+    qs[i] = quant_multiplier_from_amax_bits(amax[i], f);
+    scale_inv[i * scale_stride] = 1.0f / qs[i];
   }
 }
 
+void quantize_rows_1x128(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
+  const int64_t blocks = q.scales().cols;
+  std::vector<uint32_t> amax(static_cast<size_t>(blocks));
+  std::vector<float> qs(static_cast<size_t>(blocks));
+  for (int64_t r = 0; r < x.rows; ++r) {
+    std::fill(amax.begin(), amax.end(), 0u);
+    k.amax_bits_blocks(x.at(r, 0), x.ld, 1, x.cols, amax.data());
+    block_multipliers(amax.data(), blocks, f, qs.data(), q.scale_inv.data() + r * blocks, 1);
+    k.scale_encode_blocks(x.at(r, 0), x.cols, qs.data(), q.codes.data() + r * x.cols);
+  }
+}
+
+// 128x128 blocks, a panel of kBlockPanel column blocks at a time: the panel's 128 rows
+// (128 x 1024 FP32 = 512 KiB) stay in L2 between the amax pass and the encode pass, and each
+// row of the panel is read as one contiguous 4 KiB run.
 void quantize_blocks_128x128(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
+  constexpr int64_t kBlockPanel = 8;
   const int64_t scale_cols = q.scales().cols;
+  std::vector<uint32_t> amax(static_cast<size_t>(kBlockPanel));
+  std::vector<float> qs(static_cast<size_t>(kBlockPanel));
   for (int64_t r0 = 0, rb = 0; r0 < x.rows; r0 += kB, ++rb) {
     const int64_t m = std::min(kB, x.rows - r0);
-    for (int64_t c0 = 0, cb = 0; c0 < x.cols; c0 += kB, ++cb) {
-      const int64_t n = std::min(kB, x.cols - c0);
-      uint32_t amax = 0;
-      for (int64_t r = r0; r < r0 + m; ++r) amax = std::max(amax, k.amax_bits(x.at(r, c0), n));
-      const float qs = quant_multiplier_from_amax_bits(amax, f);
-      for (int64_t r = r0; r < r0 + m; ++r) k.scale_encode(x.at(r, c0), n, qs, q.codes.data() + r * x.cols + c0);
-      q.scale_inv[static_cast<size_t>(rb * scale_cols + cb)] = 1.0f / qs;
+    for (int64_t cb0 = 0; cb0 < scale_cols; cb0 += kBlockPanel) {
+      const int64_t c0 = cb0 * kB, nb = std::min(kBlockPanel, scale_cols - cb0), n = std::min(nb * kB, x.cols - c0);
+      std::fill(amax.begin(), amax.end(), 0u);
+      k.amax_bits_blocks(x.at(r0, c0), x.ld, m, n, amax.data());
+      block_multipliers(amax.data(), nb, f, qs.data(), q.scale_inv.data() + rb * scale_cols + cb0, 1);
+      for (int64_t r = r0; r < r0 + m; ++r) k.scale_encode_blocks(x.at(r, c0), n, qs.data(), q.codes.data() + r * x.cols + c0);
     }
   }
 }
 
 void quantize_per_tensor(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
-  uint32_t amax = 0;
-  for (int64_t r = 0; r < x.rows; ++r) amax = std::max(amax, k.amax_bits(x.at(r, 0), x.cols));
-  const float qs = quant_multiplier_from_amax_bits(amax, f);
-  for (int64_t r = 0; r < x.rows; ++r) k.scale_encode(x.at(r, 0), x.cols, qs, q.codes.data() + r * x.cols);
-  q.scale_inv[0] = 1.0f / qs;
+  const int64_t blocks = (x.cols + kB - 1) / kB;
+  std::vector<uint32_t> amax(static_cast<size_t>(blocks), 0u);
+  k.amax_bits_blocks(x.at(0, 0), x.ld, x.rows, x.cols, amax.data());
+  uint32_t all = 0;
+  for (uint32_t a : amax) all = std::max(all, a);
+  float qs = 0.0f;
+  block_multipliers(&all, 1, f, &qs, q.scale_inv.data(), 1);
+  const std::vector<float> qs_blocks(static_cast<size_t>(blocks), qs);
+  for (int64_t r = 0; r < x.rows; ++r) k.scale_encode_blocks(x.at(r, 0), x.cols, qs_blocks.data(), q.codes.data() + r * x.cols);
 }
 
 // 128x1 blocks along rows. Writes either the row-major kCols128x1 layout (`transposed` false:
@@ -110,11 +129,10 @@ void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f,
       const int64_t n = std::min(kColPanel, x.cols - c0);
       std::fill(amax.begin(), amax.end(), 0u);
       for (int64_t r = r0; r < r0 + m; ++r) k.amax_bits_accumulate(x.at(r, c0), n, amax.data());
-      for (int64_t c = 0; c < n; ++c) {
-        qs[static_cast<size_t>(c)] = quant_multiplier_from_amax_bits(amax[static_cast<size_t>(c)], f);
-        const size_t at = transposed ? static_cast<size_t>((c0 + c) * row_blocks + rb)
-                                     : static_cast<size_t>(rb * x.cols + c0 + c);
-        q.scale_inv[at] = 1.0f / qs[static_cast<size_t>(c)];
+      if (transposed) {
+        block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + c0 * row_blocks + rb, row_blocks);
+      } else {
+        block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + rb * x.cols + c0, 1);
       }
       for (int64_t r = r0; r < r0 + m; ++r) {
         uint8_t* dst = transposed ? tile.data() + (r - r0) * kColPanel : q.codes.data() + r * x.cols + c0;

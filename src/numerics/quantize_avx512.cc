@@ -31,18 +31,30 @@ inline void store16(float* out, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(o
 inline void store16(bf16_t* out, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(out, m, avx512::bf16_encode16(v)); }
 
 template <typename T>
-uint32_t amax_bits(const void* xv, int64_t n) {
+void amax_bits_blocks(const void* xv, int64_t ld, int64_t rows, int64_t cols, uint32_t* amax) {
   const T* x = static_cast<const T*>(xv);
-  __m512i m0 = _mm512_setzero_si512(), m1 = m0, m2 = m0, m3 = m0;
-  int64_t i = 0;
-  for (; i + 64 <= n; i += 64) {
-    m0 = _mm512_max_epu32(m0, avx512::abs_bits16(load16(x + i)));
-    m1 = _mm512_max_epu32(m1, avx512::abs_bits16(load16(x + i + 16)));
-    m2 = _mm512_max_epu32(m2, avx512::abs_bits16(load16(x + i + 32)));
-    m3 = _mm512_max_epu32(m3, avx512::abs_bits16(load16(x + i + 48)));
+  for (int64_t c0 = 0, b = 0; c0 < cols; c0 += 128, ++b) {
+    const int64_t n = cols - c0 < 128 ? cols - c0 : 128;
+    // One accumulator per 16 columns of the block; a single horizontal reduction at the end.
+    __m512i acc[8];
+    for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_si512();
+    if (n == 128) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* row = x + r * ld + c0;
+        for (int j = 0; j < 8; ++j) acc[j] = _mm512_max_epu32(acc[j], avx512::abs_bits16(load16(row + 16 * j)));
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* row = x + r * ld + c0;
+        for (int64_t j = 0; 16 * j < n; ++j)
+          acc[j] = _mm512_max_epu32(acc[j], avx512::abs_bits16(load16(row + 16 * j, mask16(n - 16 * j))));
+      }
+    }
+    const __m512i m = _mm512_max_epu32(_mm512_max_epu32(_mm512_max_epu32(acc[0], acc[1]), _mm512_max_epu32(acc[2], acc[3])),
+                                       _mm512_max_epu32(_mm512_max_epu32(acc[4], acc[5]), _mm512_max_epu32(acc[6], acc[7])));
+    const uint32_t block_max = _mm512_reduce_max_epu32(m);
+    amax[b] = amax[b] > block_max ? amax[b] : block_max;
   }
-  for (; i < n; i += 16) m0 = _mm512_max_epu32(m0, avx512::abs_bits16(load16(x + i, mask16(n - i))));
-  return _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_max_epu32(m0, m1), _mm512_max_epu32(m2, m3)));
 }
 
 template <typename T>
@@ -56,16 +68,21 @@ void amax_bits_accumulate(const void* xv, int64_t n, uint32_t* acc) {
 }
 
 template <typename T>
-void scale_encode(const void* xv, int64_t n, float qs, uint8_t* out) {
+void scale_encode_blocks(const void* xv, int64_t n, const float* qs, uint8_t* out) {
   const T* x = static_cast<const T*>(xv);
-  const __m512 q = _mm512_set1_ps(qs);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), avx512::e4m3_encode16(_mm512_mul_ps(load16(x + i), q)));
-  }
-  if (i < n) {
-    const __mmask16 m = mask16(n - i);
-    _mm_mask_storeu_epi8(out + i, m, avx512::e4m3_encode16(_mm512_mul_ps(load16(x + i, m), q)));
+  for (int64_t b0 = 0; b0 < n; b0 += 128) {
+    const __m512 q = _mm512_set1_ps(qs[b0 / 128]);
+    const int64_t end = n - b0 < 128 ? n : b0 + 128;
+    int64_t i = b0;
+    for (; i + 64 <= end; i += 64) {
+      _mm512_storeu_si512(out + i, avx512::e4m3_encode64(_mm512_mul_ps(load16(x + i), q), _mm512_mul_ps(load16(x + i + 16), q),
+                                                         _mm512_mul_ps(load16(x + i + 32), q),
+                                                         _mm512_mul_ps(load16(x + i + 48), q)));
+    }
+    for (; i < end; i += 16) {
+      const __mmask16 m = mask16(end - i);
+      _mm_mask_storeu_epi8(out + i, m, avx512::e4m3_encode16(_mm512_mul_ps(load16(x + i, m), q)));
+    }
   }
 }
 
@@ -117,7 +134,7 @@ void decode_scale_each(const uint8_t* q, int64_t n, const float* s, void* outv) 
 
 template <typename T>
 constexpr SourceKernels source_kernels() {
-  return {amax_bits<T>, amax_bits_accumulate<T>, scale_encode<T>, scale_encode_each<T>};
+  return {amax_bits_blocks<T>, amax_bits_accumulate<T>, scale_encode_blocks<T>, scale_encode_each<T>};
 }
 template <typename T>
 constexpr DestKernels dest_kernels() {

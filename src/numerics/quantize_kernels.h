@@ -9,12 +9,14 @@ namespace fp8rl::detail {
 
 // Kernels that read a source run of one dtype (FP32 or BF16), passed as `const void*`.
 struct SourceKernels {
-  // Largest |x| as an FP32 bit pattern; a NaN anywhere yields a pattern above 0x7F800000.
-  uint32_t (*amax_bits)(const void* x, int64_t n);
+  // For a [rows, cols] region with rows `ld` elements apart: amax[b] = max(amax[b], largest |x|
+  // in columns [128b, 128b + 128) of every row), as an FP32 bit pattern where a NaN anywhere
+  // yields a pattern above 0x7F800000 (so it reads as non-finite). amax has ceil(cols/128) entries.
+  void (*amax_bits_blocks)(const void* x, int64_t ld, int64_t rows, int64_t cols, uint32_t* amax);
   // acc[i] = max(acc[i], bits(|x[i]|)), same NaN rule.
   void (*amax_bits_accumulate)(const void* x, int64_t n, uint32_t* acc);
-  // out[i] = e4m3(x[i] * qs)
-  void (*scale_encode)(const void* x, int64_t n, float qs, uint8_t* out);
+  // out[i] = e4m3(x[i] * qs[i / 128]): a run of 128-element blocks with one multiplier each.
+  void (*scale_encode_blocks)(const void* x, int64_t n, const float* qs, uint8_t* out);
   // out[i] = e4m3(x[i] * qs[i])
   void (*scale_encode_each)(const void* x, int64_t n, const float* qs, uint8_t* out);
 };

@@ -17,11 +17,15 @@ inline void store(float* out, int64_t i, float v) { out[i] = v; }
 inline void store(bf16_t* out, int64_t i, float v) { out[i] = f32_to_bf16(v); }
 
 template <typename T>
-uint32_t amax_bits(const void* xv, int64_t n) {
+void amax_bits_blocks(const void* xv, int64_t ld, int64_t rows, int64_t cols, uint32_t* amax) {
   const T* x = static_cast<const T*>(xv);
-  uint32_t m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, abs_bits(load_f32(x, i)));
-  return m;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+      uint32_t m = amax[c0 / 128];
+      for (int64_t c = c0; c < std::min(cols, c0 + 128); ++c) m = std::max(m, abs_bits(load_f32(x + r * ld, c)));
+      amax[c0 / 128] = m;
+    }
+  }
 }
 
 template <typename T>
@@ -31,9 +35,12 @@ void amax_bits_accumulate(const void* xv, int64_t n, uint32_t* acc) {
 }
 
 template <typename T>
-void scale_encode(const void* xv, int64_t n, float qs, uint8_t* out) {
+void scale_encode_blocks(const void* xv, int64_t n, const float* qs, uint8_t* out) {
   const T* x = static_cast<const T*>(xv);
-  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_e4m3(load_f32(x, i) * qs);
+  for (int64_t i0 = 0; i0 < n; i0 += 128) {
+    const float q = qs[i0 / 128];
+    for (int64_t i = i0; i < std::min(n, i0 + 128); ++i) out[i] = f32_to_e4m3(load_f32(x, i) * q);
+  }
 }
 
 template <typename T>
@@ -56,7 +63,7 @@ void decode_scale_each(const uint8_t* q, int64_t n, const float* s, void* outv) 
 
 template <typename T>
 constexpr SourceKernels source_kernels() {
-  return {amax_bits<T>, amax_bits_accumulate<T>, scale_encode<T>, scale_encode_each<T>};
+  return {amax_bits_blocks<T>, amax_bits_accumulate<T>, scale_encode_blocks<T>, scale_encode_each<T>};
 }
 template <typename T>
 constexpr DestKernels dest_kernels() {

@@ -1,0 +1,235 @@
+// `fp8rl bench kernels`: GEMM and decode-GEMV throughput against the machine's limits (the
+// register-only vdpbf16ps peak, the streaming read bandwidth) and against oneDNN's BF16 matmul,
+// measured in the same run.
+//
+// The oneDNN peer runs in child processes of this binary (FP8RL_BENCH_ONEDNN_CHILD set), one per
+// (ISA limit, thread count): oneDNN's ISA limit can be set only once per process, before any
+// primitive exists, and its OpenMP thread count is fixed by OMP_NUM_THREADS at start-up. Each
+// peer figure is reported twice: as oneDNN runs by default (on a CPU with AMX it uses the AMX
+// tiles) and limited to AVX-512 BF16, the instruction set our kernels use.
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench/bench_suites.h"
+#include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "kernels/gemm.h"
+#include "kernels/gemv.h"
+#include "numerics/codec.h"
+#include "numerics/quantize.h"
+#include "numerics/simd_target.h"
+
+namespace fp8rl::bench {
+
+double peak_bf16_dot_gflops(int64_t iterations);  // AVX-512 region at the end of this file
+
+namespace {
+
+struct GemmShape {
+  int64_t M, N, K;
+  std::string str() const { return fmt::format("{}x{}x{}", M, N, K); }
+  double flops() const { return 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K); }
+};
+
+const GemmShape kGemmShapes[] = {{1024, 1024, 1024}, {512, 2048, 512}};
+constexpr int kThreadCounts[] = {1, 2};
+const char* const kPeerIsas[] = {"default", "avx512_core_bf16"};
+
+std::vector<float> random_values(int64_t n, uint64_t seed) {
+  std::vector<float> x(static_cast<size_t>(n));
+  fill_normal(x.data(), n, 0.0f, 1.0f, seed, 0);
+  return x;
+}
+std::vector<bf16_t> random_bf16(int64_t n, uint64_t seed) {
+  const std::vector<float> x = random_values(n, seed);
+  std::vector<bf16_t> h(x.size());
+  bf16_encode_f32(x.data(), h.data(), n);
+  return h;
+}
+
+// ---- the oneDNN peer (child-process side) ----------------------------------------------------
+
+// BF16 matmul C[M,N] (f32) = A[M,K] (bf16, row-major) . B[N,K]^T (bf16, row-major, i.e. the
+// weights' "ba" layout), as the model's fprop calls it.
+void run_onednn_child(const char* isa, const BenchOptions& options) {
+  if (std::string(isa) == "avx512_core_bf16") dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
+  using dt = dnnl::memory::data_type;
+  using tag = dnnl::memory::format_tag;
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const char* threads = std::getenv("OMP_NUM_THREADS");
+  for (const GemmShape& s : kGemmShapes) {
+    const dnnl::memory::desc a_md({s.M, s.K}, dt::bf16, tag::ab), b_md({s.K, s.N}, dt::bf16, tag::ba),
+        c_md({s.M, s.N}, dt::f32, tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+    const dnnl::matmul matmul(pd);
+    dnnl::memory a(a_md, engine), b(b_md, engine), c(c_md, engine);
+    const std::vector<bf16_t> ah = random_bf16(s.M * s.K, 1), bh = random_bf16(s.N * s.K, 2);
+    std::copy(ah.begin(), ah.end(), static_cast<bf16_t*>(a.get_data_handle()));
+    std::copy(bh.begin(), bh.end(), static_cast<bf16_t*>(b.get_data_handle()));
+    const double seconds = time_median(
+        [&] {
+          matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+          stream.wait();
+        },
+        options.repeats);
+    nlohmann::ordered_json r = {{"suite", "kernels"},   {"case", "onednn_bf16"},     {"shape", s.str()},
+                                {"threads", threads ? std::atoi(threads) : 0},       {"isa_limit", isa},
+                                {"impl", pd.impl_info_str()}, {"seconds", seconds}, {"gflops", s.flops() / seconds / 1e9}};
+    fmt::print("{}\n", r.dump());
+  }
+  std::fflush(stdout);
+}
+
+// Runs the peer children and returns their records keyed by (isa_limit, threads, shape).
+using PeerKey = std::tuple<std::string, int, std::string>;
+std::map<PeerKey, nlohmann::ordered_json> run_onednn_peers(const BenchOptions& options) {
+  std::map<PeerKey, nlohmann::ordered_json> peers;
+  std::array<char, 4096> exe{};
+  const ssize_t len = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  if (len <= 0) return peers;
+  for (const char* isa : kPeerIsas)
+    for (int threads : kThreadCounts) {
+      const std::string cmd = fmt::format("OMP_NUM_THREADS={} FP8RL_BENCH_ONEDNN_CHILD={} '{}' bench kernels --json --repeats {}",
+                                          threads, isa, exe.data(), options.repeats);
+      FILE* pipe = popen(cmd.c_str(), "r");
+      if (pipe == nullptr) continue;
+      std::array<char, 8192> line{};
+      while (std::fgets(line.data(), static_cast<int>(line.size()), pipe) != nullptr) {
+        const auto record = nlohmann::ordered_json::parse(line.data(), nullptr, /*allow_exceptions=*/false);
+        if (record.is_discarded() || record.value("case", "") != "onednn_bf16") continue;
+        peers[{isa, threads, record.value("shape", "")}] = record;
+      }
+      pclose(pipe);
+    }
+  return peers;
+}
+
+// Adds the peer's figures (default and AVX-512-limited) and our ratios to a GEMM record.
+void add_peer(nlohmann::ordered_json& r, const std::map<PeerKey, nlohmann::ordered_json>& peers, int threads,
+              const std::string& shape) {
+  for (const char* isa : kPeerIsas) {
+    const auto it = peers.find({isa, threads, shape});
+    if (it == peers.end()) continue;
+    const std::string suffix = std::string(isa) == "default" ? "" : "_avx512";
+    const double g = it->second.value("gflops", 0.0);
+    r["peer" + suffix] = "onednn_bf16";
+    r["peer_gflops" + suffix] = g;
+    r["ratio_to_peer" + suffix] = r.value("gflops", 0.0) / g;
+  }
+}
+
+}  // namespace
+
+void run_kernels_bench(const BenchOptions& options) {
+  if (const char* child = std::getenv("FP8RL_BENCH_ONEDNN_CHILD")) {
+    run_onednn_child(child, options);
+    return;
+  }
+  const bool avx512 = cpu_features().has_avx512_kernels();
+  if (!options.json)
+    fmt::print("# kernels bench: medians of {} runs after a warm-up; CPU: {}\n", options.repeats,
+               cpu_features().describe());
+
+  // Limits.
+  double peak = 0.0;
+  if (avx512) {
+    std::vector<double> runs;
+    for (int i = 0; i < options.repeats; ++i) runs.push_back(peak_bf16_dot_gflops(20'000'000));
+    peak = median(runs);
+    emit({{"suite", "kernels"}, {"case", "peak_bf16_dot"}, {"threads", 1}, {"gflops", peak}}, options);
+  }
+  const double bandwidth = measure_read_bandwidth_gbps(int64_t{1} << 30, options.repeats);
+  emit({{"suite", "kernels"}, {"case", "read_bandwidth"}, {"threads", 1}, {"gbps", bandwidth}, {"bytes", int64_t{1} << 30}},
+       options);
+
+  // The peer, printed as measured.
+  const auto peers = run_onednn_peers(options);
+  for (const auto& [key, record] : peers) emit(record, options);
+
+  // GEMMs.
+  for (const GemmShape& s : kGemmShapes) {
+    const std::vector<float> a = random_values(s.M * s.K, 1), b = random_values(s.N * s.K, 2);
+    std::vector<bf16_t> ah(a.size()), bh(b.size());
+    bf16_encode_f32(a.data(), ah.data(), s.M * s.K);
+    bf16_encode_f32(b.data(), bh.data(), s.N * s.K);
+    const QuantizedTensor x = quantize(TensorView::contiguous(const_cast<float*>(a.data()), DType::kF32, Shape{s.M, s.K}),
+                                       ScalingMode::kRows1x128, ScaleFormat::kFp32, /*with_columnwise=*/true);
+    const QuantizedTensor w = quantize(TensorView::contiguous(const_cast<float*>(b.data()), DType::kF32, Shape{s.N, s.K}),
+                                       ScalingMode::kBlocks128x128, ScaleFormat::kFp32, /*with_columnwise=*/true);
+    // dY [M, N] for dgrad and wgrad.
+    const std::vector<float> dy = random_values(s.M * s.N, 3);
+    const QuantizedTensor g = quantize(TensorView::contiguous(const_cast<float*>(dy.data()), DType::kF32, Shape{s.M, s.N}),
+                                       ScalingMode::kRows1x128, ScaleFormat::kFp32, /*with_columnwise=*/true);
+    std::vector<float> c(static_cast<size_t>(std::max(s.M, s.N) * std::max(s.N, s.K)));
+    const bool cube = s.M == s.N && s.N == s.K;
+    struct Case {
+      const char* name;
+      std::function<void(const GemmOptions&)> run;
+    };
+    std::vector<Case> cases = {
+        {"gemm_fp32", [&](const GemmOptions& o) { gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, c.data(), s.N, false, o); }},
+        {"gemm_bf16", [&](const GemmOptions& o) { gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, c.data(), s.N, false, o); }},
+        {"gemm_fp8", [&](const GemmOptions& o) { gemm_nt_fp8(x.rowwise, w.rowwise, c.data(), s.N, false, o); }},
+    };
+    if (cube) {  // dgrad dX[M,K] = dY W; wgrad dW[N,K] = dY^T X (shapes equal at M = N = K)
+      cases.push_back({"gemm_fp8_dgrad", [&](const GemmOptions& o) { gemm_nt_fp8(g.rowwise, *w.columnwise, c.data(), s.K, false, o); }});
+      cases.push_back({"gemm_fp8_wgrad", [&](const GemmOptions& o) { gemm_nt_fp8(*g.columnwise, *x.columnwise, c.data(), s.K, false, o); }});
+    }
+    for (const Case& cs : cases)
+      for (int threads : kThreadCounts) {
+        const GemmOptions o{Isa::kAuto, threads, false};
+        const double seconds = time_median([&] { cs.run(o); }, options.repeats);
+        nlohmann::ordered_json r = {{"suite", "kernels"}, {"case", cs.name}, {"shape", s.str()},
+                                    {"isa", isa_name(resolve_isa(Isa::kAuto))}, {"threads", threads},
+                                    {"seconds", seconds}, {"gflops", s.flops() / seconds / 1e9}};
+        if (peak > 0) {
+          r["limit"] = "peak_bf16_dot x threads";
+          r["limit_gflops"] = peak * threads;
+          r["ratio_to_limit"] = s.flops() / seconds / 1e9 / (peak * threads);
+        }
+        add_peer(r, peers, threads, s.str());
+        emit(r, options);
+      }
+  }
+}
+
+}  // namespace fp8rl::bench
+
+FP8RL_AVX512_BEGIN
+namespace fp8rl::bench {
+
+// Register-only vdpbf16ps: 24 independent accumulators (enough to cover the latency on two FMA
+// ports), each instruction 16 lanes x 2 multiply-adds = 64 flops.
+double peak_bf16_dot_gflops(int64_t iterations) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_setzero_ps();
+  const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3F803F80);  // (1.0, 1.0)
+  const __m512bh y = (__m512bh)_mm512_set1_epi32(0x33803380);  // tiny, so sums stay finite
+  Timer t;
+  for (int64_t it = 0; it < iterations; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
+  }
+  const double seconds = t.seconds();
+  __m512 sum = acc[0];
+  for (int i = 1; i < 24; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  volatile float sink = _mm512_reduce_add_ps(sum);
+  (void)sink;
+  return static_cast<double>(iterations) * 24 * 64 / seconds / 1e9;
+}
+
+}  // namespace fp8rl::bench
+FP8RL_AVX512_END
