@@ -1,0 +1,173 @@
+// Decode GEMV: packing of weights and activations, and dispatch to the ISA back-ends.
+#include "kernels/gemv.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/check.h"
+#include "core/tensor.h"
+#include "core/thread_pool.h"
+#include "kernels/gemv_kernels.h"
+#include "numerics/codec.h"
+#include "numerics/e4m3.h"
+#include "numerics/quantize.h"
+
+namespace fp8rl {
+namespace {
+
+using gemv_detail::PackedActivations;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int thread_count(int requested) {
+  return std::min(kernel_thread_pool().size(), requested <= 0 ? hardware_threads() : requested);
+}
+
+// Sizes `out` for a [N, K] matrix of `type`, reusing its storage when the shape is unchanged.
+void shape_packed(PackedGemvWeights& out, GemvWeightType type, int64_t N, int64_t K) {
+  FP8RL_CHECK(N > 0 && K > 0, "gemv weights: empty shape [{}, {}]", N, K);
+  const bool same = out.type == type && out.rows == N && out.cols == K && !out.data.empty();
+  out.type = type;
+  out.rows = N;
+  out.cols = K;
+  if (same) return;
+  out.data = AlignedBuffer<uint8_t>(static_cast<size_t>(out.strips() * out.strip_bytes()));
+  out.scales = type == GemvWeightType::kFP8
+                   ? AlignedBuffer<float>(static_cast<size_t>(ceil_div(N, kQuantBlock) * ceil_div(K, kQuantBlock)))
+                   : AlignedBuffer<float>();
+}
+
+// Runs fn(band) over the 128-row bands of W on the pool.
+template <typename Fn>
+void for_each_band(int64_t N, int threads, const Fn& fn) {
+  kernel_thread_pool().parallel_for(ceil_div(N, kQuantBlock), [&](int64_t band) { fn(band); }, thread_count(threads));
+}
+
+void pack_activations_bf16(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, PackedActivations& out) {
+  const int64_t pairs = ceil_div(K, 2);
+  out.M = M;
+  out.K = K;
+  out.pairs = AlignedBuffer<uint32_t>(static_cast<size_t>(pairs * M));
+  out.scales = AlignedBuffer<float>(static_cast<size_t>(M * ceil_div(K, kQuantBlock)));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t p = 0; p < pairs; ++p) {
+      const uint32_t lo = x[m * ldx + 2 * p];
+      const uint32_t hi = 2 * p + 1 < K ? x[m * ldx + 2 * p + 1] : 0u;
+      out.pairs[static_cast<size_t>(p * M + m)] = lo | (hi << 16);
+    }
+  std::fill(out.scales.begin(), out.scales.end(), 1.0f);
+}
+
+void check_call(const PackedGemvWeights& W, int64_t M, int64_t ldy) {
+  FP8RL_CHECK(!W.data.empty(), "gemv: weights are not packed");
+  FP8RL_CHECK(M >= 1 && M <= kGemvMaxRows, "gemv: M must be in 1..{}, got {} (split larger batches)", kGemvMaxRows, M);
+  FP8RL_CHECK(ldy >= W.rows, "gemv: ldy {} < N {}", ldy, W.rows);
+}
+
+void run(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, const GemvOptions& options) {
+  const bool avx512 = resolve_isa(options.isa) == Isa::kAvx512;
+  // Tasks of 8 strips (128 rows): large enough to amortise the hand-out, small enough to balance.
+  const int64_t strips = W.strips(), per_task = 8;
+  kernel_thread_pool().parallel_for(
+      ceil_div(strips, per_task),
+      [&](int64_t t) {
+        const int64_t s0 = t * per_task, s1 = std::min(strips, s0 + per_task);
+        if (avx512) {
+          gemv_detail::gemv_strips_avx512(W, x, y, ldy, s0, s1);
+        } else {
+          gemv_detail::gemv_strips_portable(W, x, y, ldy, s0, s1);
+        }
+      },
+      thread_count(options.threads));
+}
+
+}  // namespace
+
+int64_t PackedGemvWeights::strip_bytes() const {
+  return type == GemvWeightType::kFP8 ? ceil_div(cols, 4) * 64 : ceil_div(cols, 2) * 64;
+}
+
+void pack_gemv_weights_bf16(const bf16_t* W, int64_t N, int64_t K, int64_t ldw, PackedGemvWeights& out,
+                            const GemvOptions& options) {
+  FP8RL_CHECK(ldw >= K, "gemv weights: ldw {} < K {}", ldw, K);
+  shape_packed(out, GemvWeightType::kBF16, N, K);
+  const bool avx512 = resolve_isa(options.isa) == Isa::kAvx512;
+  for_each_band(N, options.threads, [&](int64_t band) {
+    const int64_t r0 = band * kQuantBlock, rows = std::min(kQuantBlock, N - r0);
+    uint8_t* dst = out.data.data() + (r0 / kGemvStrip) * out.strip_bytes();
+    if (avx512) {
+      gemv_detail::pack_bf16_strips_avx512(W + r0 * ldw, rows, K, ldw, dst);
+    } else {
+      gemv_detail::pack_bf16_strips_portable(W + r0 * ldw, rows, K, ldw, dst);
+    }
+  });
+}
+
+void pack_gemv_weights_fp8(const QuantizedMatrix& W, PackedGemvWeights& out, const GemvOptions& options) {
+  FP8RL_CHECK(W.mode == ScalingMode::kBlocks128x128, "gemv weights: FP8 W must be quantized 128x128, got {}", W.str());
+  shape_packed(out, GemvWeightType::kFP8, W.rows, W.cols);
+  const bool avx512 = resolve_isa(options.isa) == Isa::kAvx512;
+  std::copy(W.scale_inv.begin(), W.scale_inv.end(), out.scales.begin());
+  for_each_band(W.rows, options.threads, [&](int64_t band) {
+    const int64_t r0 = band * kQuantBlock, rows = std::min(kQuantBlock, W.rows - r0);
+    uint8_t* dst = out.data.data() + (r0 / kGemvStrip) * out.strip_bytes();
+    const uint8_t* src = W.codes.data() + r0 * W.cols;
+    if (avx512) {
+      gemv_detail::pack_fp8_strips_avx512(src, rows, W.cols, W.cols, dst);
+    } else {
+      gemv_detail::pack_fp8_strips_portable(src, rows, W.cols, W.cols, dst);
+    }
+  });
+}
+
+void pack_gemv_weights_fp8(const float* W, int64_t N, int64_t K, int64_t ldw, ScaleFormat format,
+                           PackedGemvWeights& out, const GemvOptions& options) {
+  FP8RL_CHECK(ldw >= K, "gemv weights: ldw {} < K {}", ldw, K);
+  shape_packed(out, GemvWeightType::kFP8, N, K);
+  const Isa isa = resolve_isa(options.isa);
+  const int64_t scale_cols = ceil_div(K, kQuantBlock);
+  // One 128-row band at a time: its 128x128 blocks are the full matrix's blocks, so quantizing the
+  // band alone gives the same bytes and scales; the band's codes (128 x K) stay in L2 for the
+  // repack.
+  for_each_band(N, options.threads, [&](int64_t band) {
+    thread_local QuantizedTensor scratch;
+    const int64_t r0 = band * kQuantBlock, rows = std::min(kQuantBlock, N - r0);
+    if (scratch.rows() != rows || scratch.cols() != K || scratch.scale_format != format)
+      scratch = QuantizedTensor(ScalingMode::kBlocks128x128, rows, K, format, /*with_columnwise=*/false);
+    quantize_into(TensorView::matrix(const_cast<float*>(W + r0 * ldw), DType::kF32, rows, K, ldw), scratch, isa);
+    std::copy(scratch.rowwise.scale_inv.begin(), scratch.rowwise.scale_inv.end(),
+              out.scales.begin() + band * scale_cols);
+    uint8_t* dst = out.data.data() + (r0 / kGemvStrip) * out.strip_bytes();
+    if (isa == Isa::kAvx512) {
+      gemv_detail::pack_fp8_strips_avx512(scratch.rowwise.codes.data(), rows, K, K, dst);
+    } else {
+      gemv_detail::pack_fp8_strips_portable(scratch.rowwise.codes.data(), rows, K, K, dst);
+    }
+  });
+}
+
+void gemv_bf16(const PackedGemvWeights& W, int64_t M, const bf16_t* x, int64_t ldx, float* y, int64_t ldy,
+               const GemvOptions& options) {
+  check_call(W, M, ldy);
+  FP8RL_CHECK(ldx >= W.cols, "gemv: ldx {} < K {}", ldx, W.cols);
+  thread_local PackedActivations packed;
+  pack_activations_bf16(M, x, ldx, W.cols, packed);
+  run(W, packed, y, ldy, options);
+}
+
+void gemv_fp8(const PackedGemvWeights& W, const QuantizedMatrix& x, float* y, int64_t ldy, const GemvOptions& options) {
+  check_call(W, x.rows, ldy);
+  FP8RL_CHECK(W.type == GemvWeightType::kFP8, "gemv_fp8: W8A8 needs FP8 weights");
+  FP8RL_CHECK(x.mode == ScalingMode::kRows1x128, "gemv_fp8: x must be quantized 1x128, got {}", x.str());
+  FP8RL_CHECK(x.cols == W.cols, "gemv_fp8: x has K = {}, W has K = {}", x.cols, W.cols);
+  const int64_t M = x.rows, K = x.cols;
+  thread_local std::vector<bf16_t> decoded;
+  decoded.resize(static_cast<size_t>(M * K));
+  e4m3_decode_bf16(x.codes.data(), decoded.data(), M * K, options.isa);  // exact
+  thread_local PackedActivations packed;
+  pack_activations_bf16(M, decoded.data(), K, K, packed);
+  std::copy(x.scale_inv.begin(), x.scale_inv.end(), packed.scales.begin());  // [M][ceil(K/128)]
+  run(W, packed, y, ldy, options);
+}
+
+}  // namespace fp8rl

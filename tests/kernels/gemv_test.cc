@@ -1,0 +1,180 @@
+// Decode GEMV against its scalar twins, bit-identity with the GEMM rows (batch invariance), with
+// M = 1 rows, across thread counts, and the packing paths against each other.
+#include "kernels/gemv.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "kernels/gemm.h"
+#include "kernels/reference/gemm_reference.h"
+#include "kernels/reference/gemv_reference.h"
+#include "numerics/e4m3.h"
+#include "numerics/quantize.h"
+#include "tests/kernels/product_check.h"
+#include "tests/test_util.h"
+
+namespace fp8rl {
+namespace {
+
+struct WeightShape {
+  int64_t N, K;
+};
+const WeightShape kShapes[] = {{1, 1}, {127, 129}, {129, 127}, {1000, 300}, {33, 1000}, {16, 130}};
+const int64_t kRowCounts[] = {1, 3, 8, 16};
+
+std::vector<float> random_values(int64_t n, uint64_t seed) {
+  std::vector<float> x(static_cast<size_t>(n));
+  fill_normal(x.data(), n, 0.0f, 1.0f, seed, 0);
+  return x;
+}
+std::vector<bf16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<bf16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = f32_to_bf16(x[i]);
+  return h;
+}
+QuantizedTensor quantized(const std::vector<float>& x, int64_t rows, int64_t cols, ScalingMode mode) {
+  return quantize(TensorView::contiguous(const_cast<float*>(x.data()), DType::kF32, Shape{rows, cols}), mode,
+                  ScaleFormat::kFp32);
+}
+// sum_k |x_mk w_nk| with x and w given as values (already dequantized).
+std::vector<double> magnitudes(int64_t M, int64_t N, int64_t K, const std::vector<float>& x, const std::vector<float>& w) {
+  std::vector<double> mag(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += std::fabs(static_cast<double>(x[m * K + k]) * w[n * K + k]);
+      mag[static_cast<size_t>(m * N + n)] = s;
+    }
+  return mag;
+}
+std::vector<float> values_of(const std::vector<bf16_t>& h) {
+  std::vector<float> x(h.size());
+  for (size_t i = 0; i < h.size(); ++i) x[i] = bf16_to_f32(h[i]);
+  return x;
+}
+std::vector<float> values_of(const QuantizedMatrix& q) {
+  std::vector<float> x(static_cast<size_t>(q.rows * q.cols));
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t c = 0; c < q.cols; ++c)
+      x[static_cast<size_t>(r * q.cols + c)] = e4m3_to_f32(q.codes[static_cast<size_t>(r * q.cols + c)]) * q.scale_at(r, c);
+  return x;
+}
+
+TEST(Gemv, EveryWeightAndActivationTypeMatchesItsTwin) {
+  for (Isa isa : testing::available_isas())
+    for (const WeightShape& s : kShapes)
+      for (int64_t M : kRowCounts) {
+        const std::string what = std::string(isa_name(isa)) + " M=" + std::to_string(M) + " N=" + std::to_string(s.N) +
+                                 " K=" + std::to_string(s.K);
+        const GemvOptions options{isa, 2, false};
+        const std::vector<float> wf = random_values(s.N * s.K, 1), xf = random_values(M * s.K, 2);
+        const std::vector<bf16_t> wh = to_bf16(wf), xh = to_bf16(xf);
+        const QuantizedTensor wq = quantized(wf, s.N, s.K, ScalingMode::kBlocks128x128);
+        const QuantizedTensor xq = quantized(xf, M, s.K, ScalingMode::kRows1x128);
+        const int64_t slices = (s.K + 127) / 128;
+        std::vector<float> fast(M * s.N), twin(M * s.N);
+
+        PackedGemvWeights wb, w8;
+        pack_gemv_weights_bf16(wh.data(), s.N, s.K, s.K, wb, options);
+        pack_gemv_weights_fp8(wq.rowwise, w8, options);
+
+        gemv_bf16(wb, M, xh.data(), s.K, fast.data(), s.N, options);
+        reference::gemm_nt_bf16(M, s.N, s.K, xh.data(), s.K, wh.data(), s.K, twin.data(), s.N, false);
+        testing::expect_close_to_twin("bf16 W " + what, M, s.N, fast.data(), twin.data(), s.N,
+                                      magnitudes(M, s.N, s.K, values_of(xh), values_of(wh)), s.K);
+
+        gemv_bf16(w8, M, xh.data(), s.K, fast.data(), s.N, options);
+        reference::gemm_nt_bf16_fp8w(M, xh.data(), s.K, wq.rowwise, twin.data(), s.N);
+        testing::expect_close_to_twin("fp8 W bf16 x " + what, M, s.N, fast.data(), twin.data(), s.N,
+                                      magnitudes(M, s.N, s.K, values_of(xh), values_of(wq.rowwise)), s.K + 2 * slices);
+
+        gemv_fp8(w8, xq.rowwise, fast.data(), s.N, options);
+        reference::gemm_nt_fp8(xq.rowwise, wq.rowwise, twin.data(), s.N, false);
+        testing::expect_close_to_twin("fp8 W fp8 x " + what, M, s.N, fast.data(), twin.data(), s.N,
+                                      magnitudes(M, s.N, s.K, values_of(xq.rowwise), values_of(wq.rowwise)),
+                                      s.K + 2 * slices);
+      }
+}
+
+// With batch_invariant on, every decode row is the GEMM's row bit for bit, and does not depend on
+// M or on the thread count.
+TEST(Gemv, RowsAreBitIdenticalToGemmRowsAndIndependentOfM) {
+  for (Isa isa : testing::available_isas())
+    for (const WeightShape& s : kShapes) {
+      const int64_t M = 11;
+      const std::vector<float> wf = random_values(s.N * s.K, 3), xf = random_values(M * s.K, 4);
+      const std::vector<bf16_t> wh = to_bf16(wf), xh = to_bf16(xf);
+      const QuantizedTensor wq = quantized(wf, s.N, s.K, ScalingMode::kBlocks128x128);
+      const QuantizedTensor xq = quantized(xf, M, s.K, ScalingMode::kRows1x128);
+      const GemvOptions gemv_options{isa, 1, true};
+      const GemmOptions gemm_options{isa, 2, true};
+      PackedGemvWeights wb, w8;
+      pack_gemv_weights_bf16(wh.data(), s.N, s.K, s.K, wb, gemv_options);
+      pack_gemv_weights_fp8(wq.rowwise, w8, gemv_options);
+      const std::string what = std::string(isa_name(isa)) + " N=" + std::to_string(s.N) + " K=" + std::to_string(s.K);
+      std::vector<float> decode(M * s.N), decode2(M * s.N), gemm(M * s.N), one(s.N);
+
+      gemv_bf16(wb, M, xh.data(), s.K, decode.data(), s.N, gemv_options);
+      gemv_bf16(wb, M, xh.data(), s.K, decode2.data(), s.N, GemvOptions{isa, 2, true});
+      gemm_nt_bf16(M, s.N, s.K, xh.data(), s.K, wh.data(), s.K, gemm.data(), s.N, false, gemm_options);
+      EXPECT_EQ(0, std::memcmp(decode.data(), gemm.data(), gemm.size() * 4)) << "bf16 " << what;
+      EXPECT_EQ(0, std::memcmp(decode.data(), decode2.data(), gemm.size() * 4)) << "bf16 threads " << what;
+      gemv_bf16(wb, 1, xh.data() + 7 * s.K, s.K, one.data(), s.N, gemv_options);
+      EXPECT_EQ(0, std::memcmp(one.data(), gemm.data() + 7 * s.N, one.size() * 4)) << "bf16 M=1 " << what;
+
+      gemv_fp8(w8, xq.rowwise, decode.data(), s.N, gemv_options);
+      gemv_fp8(w8, xq.rowwise, decode2.data(), s.N, GemvOptions{isa, 2, true});
+      gemm_nt_fp8(xq.rowwise, wq.rowwise, gemm.data(), s.N, false, gemm_options);
+      EXPECT_EQ(0, std::memcmp(decode.data(), gemm.data(), gemm.size() * 4)) << "fp8 " << what;
+      EXPECT_EQ(0, std::memcmp(decode.data(), decode2.data(), gemm.size() * 4)) << "fp8 threads " << what;
+    }
+}
+
+TEST(Gemv, PackingPathsAgreeByteForByte) {
+  for (const WeightShape& s : {WeightShape{300, 260}, WeightShape{129, 127}, WeightShape{1, 5}})
+    for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kPow2}) {
+      const std::vector<float> wf = random_values(s.N * s.K, 5);
+      const QuantizedTensor wq = quantize(TensorView::contiguous(const_cast<float*>(wf.data()), DType::kF32, Shape{s.N, s.K}),
+                                          ScalingMode::kBlocks128x128, format);
+      PackedGemvWeights reference_pack;
+      pack_gemv_weights_fp8(wq.rowwise, reference_pack, GemvOptions{Isa::kPortable, 1, false});
+      for (Isa isa : testing::available_isas()) {
+        PackedGemvWeights from_codes, from_master;
+        pack_gemv_weights_fp8(wq.rowwise, from_codes, GemvOptions{isa, 2, false});
+        pack_gemv_weights_fp8(wf.data(), s.N, s.K, s.K, format, from_master, GemvOptions{isa, 2, false});
+        for (const PackedGemvWeights* p : {&from_codes, &from_master}) {
+          ASSERT_EQ(p->data.size(), reference_pack.data.size());
+          EXPECT_EQ(0, std::memcmp(p->data.data(), reference_pack.data.data(), p->data.size())) << isa_name(isa);
+          EXPECT_EQ(0, std::memcmp(p->scales.data(), wq.rowwise.scale_inv.data(), p->scales.size() * 4)) << isa_name(isa);
+        }
+      }
+      const std::vector<bf16_t> wh = to_bf16(wf);
+      PackedGemvWeights bf_portable, bf_fast;
+      pack_gemv_weights_bf16(wh.data(), s.N, s.K, s.K, bf_portable, GemvOptions{Isa::kPortable, 1, false});
+      for (Isa isa : testing::available_isas()) {
+        pack_gemv_weights_bf16(wh.data(), s.N, s.K, s.K, bf_fast, GemvOptions{isa, 2, false});
+        EXPECT_EQ(0, std::memcmp(bf_fast.data.data(), bf_portable.data.data(), bf_fast.data.size())) << isa_name(isa);
+      }
+    }
+}
+
+TEST(Gemv, RejectsBadCalls) {
+  PackedGemvWeights w;
+  std::vector<bf16_t> wh(64 * 64, 0x3F80);
+  pack_gemv_weights_bf16(wh.data(), 64, 64, 64, w);
+  std::vector<float> y(17 * 64);
+  EXPECT_THROW(gemv_bf16(w, 17, wh.data(), 64, y.data(), 64), Error);
+  EXPECT_THROW(gemv_bf16(w, 1, wh.data(), 64, y.data(), 63), Error);
+  const QuantizedTensor xq(ScalingMode::kRows1x128, 1, 64, ScaleFormat::kFp32, false);
+  EXPECT_THROW(gemv_fp8(w, xq.rowwise, y.data(), 64), Error);  // W8A8 needs FP8 weights
+}
+
+}  // namespace
+}  // namespace fp8rl
