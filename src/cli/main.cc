@@ -7,6 +7,37 @@
 #include "bench/bench_suites.h"
 #include "cli/demo.h"
 #include "core/check.h"
+#include "rl/recipe.h"
+#include "rl/sft_job.h"
+
+namespace {
+
+// A recipe-driven subcommand: `fp8rl NAME RECIPE.yaml [key.path=value ...]`.
+struct RecipeCommand {
+  CLI::App* app = nullptr;
+  std::string recipe;
+  std::vector<std::string> overrides;
+};
+
+RecipeCommand add_recipe_command(CLI::App& app, const char* name, const char* help) {
+  RecipeCommand c;
+  c.app = app.add_subcommand(name, help);
+  return c;
+}
+
+void add_recipe_arguments(RecipeCommand& c) {
+  c.app->add_option("recipe", c.recipe, "recipe YAML file")->required();
+  c.app->add_option("overrides", c.overrides, "dotted overrides, e.g. sft.max_num_steps=100");
+}
+
+// Loads the recipe and overrides into `config`; returns the effective configuration as YAML.
+std::string load_recipe(const RecipeCommand& c, fp8rl::ConfigSchema& schema, fp8rl::RunConfig& config) {
+  fp8rl::bind_run_config(schema, config);
+  schema.load(c.recipe, c.overrides);
+  return schema.to_yaml();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"fp8rl: reinforcement-learning post-training with end-to-end FP8"};
@@ -27,8 +58,26 @@ int main(int argc, char** argv) {
   bench->add_option("--mib", bench_options.mib, "working-set size of streaming cases in MiB")
       ->check(CLI::Range(int64_t{1}, int64_t{16384}));
 
+  RecipeCommand sft = add_recipe_command(app, "sft", "Supervised warm start on a task's (prompt, answer) pairs");
+  RecipeCommand eval = add_recipe_command(app, "eval", "Greedy validation accuracy of model.checkpoint");
+  RecipeCommand config = add_recipe_command(app, "config", "Print the effective configuration of a recipe");
+  bool config_help = false;
+  for (RecipeCommand* c : {&sft, &eval, &config}) add_recipe_arguments(*c);
+  config.app->add_flag("--help-fields", config_help, "print each field's type, default and help too");
+
   CLI11_PARSE(app, argc, argv);
   try {
+    fp8rl::ConfigSchema schema;
+    fp8rl::RunConfig run;
+    if (*sft.app) fp8rl::run_sft_job(run, load_recipe(sft, schema, run));
+    if (*eval.app) {
+      load_recipe(eval, schema, run);
+      fmt::print("validation accuracy: {:.4f}\n", fp8rl::run_eval_job(run));
+    }
+    if (*config.app) {
+      load_recipe(config, schema, run);
+      fmt::print("{}", config_help ? schema.to_yaml(/*with_help=*/true) : schema.to_yaml());
+    }
     if (*demo) fp8rl::cli::run_demo(demo_elements);
     if (*bench && suite == "numerics") fp8rl::bench::run_numerics_bench(bench_options);
   } catch (const fp8rl::Error& e) {

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "model/transformer.h"
+#include "tasks/char_tokenizer.h"
+#include "tasks/task.h"
 
 namespace fp8rl {
 
@@ -14,5 +16,10 @@ namespace fp8rl {
 // until eos or `max_new_tokens`; returns the new tokens of each prompt (eos excluded).
 std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std::vector<std::vector<int32_t>>& prompts,
                                                   int64_t max_new_tokens, int32_t eos, int32_t pad);
+
+// Greedy accuracy (mean reward) on the first `max_examples` validation examples, in batches of
+// `batch_size` prompts.
+double greedy_validation_accuracy(Transformer& model, const Task& task, const CharTokenizer& tokenizer,
+                                  int64_t max_examples, int64_t max_new_tokens, int64_t batch_size = 64);
 
 }  // namespace fp8rl

@@ -27,30 +27,32 @@ TokenBatch make_sft_batch(const std::vector<const SftExample*>& examples, int32_
   return batch;
 }
 
-SftStepResult sft_step(Transformer& model, AdamW& optimizer, const TokenBatch& batch, double lr) {
-  const int64_t N = batch.B * batch.T;
-  std::vector<float> logprobs(static_cast<size_t>(N)), dlogprobs(static_cast<size_t>(N), 0.0f);
-  model.forward(batch, logprobs.data());
+SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<TokenBatch>& micro_batches, double lr) {
   SftStepResult r;
-  double nll = 0;
-  for (int64_t n = 0; n < N; ++n) {
-    if (batch.targets[static_cast<size_t>(n)] < 0) continue;
-    nll -= logprobs[static_cast<size_t>(n)];
-    ++r.tokens;
-  }
+  for (const TokenBatch& b : micro_batches)
+    for (int32_t t : b.targets) r.tokens += t >= 0;
   FP8RL_CHECK(r.tokens > 0, "sft_step: the batch scores no tokens");
+  // d(mean NLL)/d logprob = -1 / tokens on every scored row of the global batch.
+  const float d = -1.0f / static_cast<float>(r.tokens);
+  double nll = 0;
+  model.zero_grads();
+  for (const TokenBatch& batch : micro_batches) {
+    const int64_t N = batch.B * batch.T;
+    std::vector<float> logprobs(static_cast<size_t>(N)), dlogprobs(static_cast<size_t>(N), 0.0f);
+    model.forward(batch, logprobs.data());
+    for (int64_t n = 0; n < N; ++n) {
+      if (batch.targets[static_cast<size_t>(n)] < 0) continue;
+      nll -= logprobs[static_cast<size_t>(n)];
+      dlogprobs[static_cast<size_t>(n)] = d;
+    }
+    model.backward(dlogprobs.data());
+  }
   r.loss = nll / static_cast<double>(r.tokens);
   if (!std::isfinite(r.loss)) {
     r.skipped = true;
     r.grad_norm = r.loss;
     return r;
   }
-  // d(mean NLL)/d logprob = -1 / tokens on every scored row.
-  const float d = -1.0f / static_cast<float>(r.tokens);
-  for (int64_t n = 0; n < N; ++n)
-    if (batch.targets[static_cast<size_t>(n)] >= 0) dlogprobs[static_cast<size_t>(n)] = d;
-  model.zero_grads();
-  model.backward(dlogprobs.data());
   r.grad_norm = optimizer.step(model.params(), model.grads(), lr);
   r.skipped = !std::isfinite(r.grad_norm);
   if (!r.skipped) model.refresh_weights();

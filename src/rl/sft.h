@@ -28,8 +28,12 @@ struct SftStepResult {
   bool skipped = false;
 };
 
-// Forward, backward of the mean token NLL, one AdamW step with learning rate `lr`, and a refresh
-// of the model's low-precision weights. A non-finite loss or gradient skips the update.
-SftStepResult sft_step(Transformer& model, AdamW& optimizer, const TokenBatch& batch, double lr);
+// One optimizer step on the mean token NLL over all micro-batches (gradients accumulate; the
+// mean's denominator is the scored tokens of the whole global batch), then a refresh of the
+// model's low-precision weights. A non-finite loss or gradient skips the update.
+SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<TokenBatch>& micro_batches, double lr);
+inline SftStepResult sft_step(Transformer& model, AdamW& optimizer, const TokenBatch& batch, double lr) {
+  return sft_step(model, optimizer, std::vector<TokenBatch>{batch}, lr);
+}
 
 }  // namespace fp8rl

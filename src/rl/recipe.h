@@ -1,0 +1,73 @@
+// The run configuration of every fp8rl job (SFT, evaluation, GRPO), bound once to the config
+// schema (io/config.h): the field list below is the single source of defaults, help text,
+// validation and the printed effective configuration. Key names follow NeMo RL where the concept
+// is shared.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/config.h"
+#include "model/config.h"
+#include "model/optimizer.h"
+#include "model/precision.h"
+#include "tasks/arithmetic.h"
+#include "tasks/task.h"
+
+namespace fp8rl {
+
+struct RunConfig {
+  // Identity and output.
+  std::string name;     // run name; the run directory is logger.log_dir
+  std::string log_dir;  // logger.log_dir
+
+  // Model.
+  std::string model_preset;                     // model.preset
+  std::optional<std::string> model_checkpoint;  // model.checkpoint: start from these weights
+  int64_t model_seed = 0;                       // model.seed: random init when no checkpoint
+  int64_t max_seq_len = 0;                      // model.max_seq_len
+
+  // Trainer precision (policy.*).
+  std::string precision;                    // policy.precision: fp32 | bf16 | fp8
+  int64_t num_first_layers_in_bf16 = 0;     // policy.fp8.num_first_layers_in_bf16
+  int64_t num_last_layers_in_bf16 = 0;      // policy.fp8.num_last_layers_in_bf16
+  std::vector<std::string> ignore_layers;   // policy.fp8.ignore_layers (name substrings kept BF16)
+  bool pow2_weight_scaling_factors = false;
+  bool pow2_activation_scaling_factors = false;
+  bool fp32_lm_head = false;                // policy.fp32_lm_head
+
+  // Optimizer and schedule (policy.optimizer.*, policy.scheduler.*).
+  AdamWConfig adam;
+  LrSchedule schedule;
+  int64_t train_global_batch_size = 0;  // policy.train_global_batch_size (sequences per optimizer step)
+  int64_t train_micro_batch_size = 0;   // policy.train_micro_batch_size
+
+  // Task.
+  std::string task_name;  // task.name: arithmetic
+  ArithmeticTaskConfig arithmetic;
+
+  // SFT.
+  int64_t sft_max_num_steps = 0;  // sft.max_num_steps
+  int64_t sft_val_period = 0;     // sft.val_period (0: only at the end)
+  int64_t sft_seed = 0;           // sft.seed: order of training examples
+
+  // Evaluation.
+  int64_t val_max_examples = 0;  // eval.max_examples: validation examples scored
+  int64_t max_new_tokens = 0;    // generation.max_new_tokens
+
+  // The trainer's precision policy these fields describe.
+  PrecisionPolicy trainer_policy() const;
+  // The model architecture (preset, vocabulary of the task's tokenizer, max_seq_len).
+  ModelConfig model_config() const;
+};
+
+// Registers every field of `config` (with its default) in `schema`.
+void bind_run_config(ConfigSchema& schema, RunConfig& config);
+
+// The task named by the config (train and validation splits, verifier).
+std::unique_ptr<Task> make_task(const RunConfig& config);
+
+}  // namespace fp8rl

@@ -1,0 +1,117 @@
+#include "rl/sft_job.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "io/atomic_file.h"
+#include "model/checkpoint.h"
+#include "rl/evaluate.h"
+#include "rl/sft.h"
+#include "tasks/char_tokenizer.h"
+
+namespace fp8rl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The model of a job: from model.checkpoint if set (its architecture wins), else random.
+Transformer load_or_init_model(const RunConfig& config) {
+  if (config.model_checkpoint) {
+    const fs::path dir = *config.model_checkpoint;
+    ModelConfig m = load_model_config(dir);
+    Transformer model(m, config.trainer_policy());
+    load_model_weights(dir, model);
+    return model;
+  }
+  Transformer model(config.model_config(), config.trainer_policy());
+  model.init_random(static_cast<uint64_t>(config.model_seed));
+  return model;
+}
+
+std::vector<SftExample> tokenize_examples(const std::vector<Example>& examples, const CharTokenizer& tok) {
+  std::vector<SftExample> out;
+  out.reserve(examples.size());
+  for (const Example& e : examples) out.push_back({tok.encode(e.prompt), tok.encode(e.answer)});
+  return out;
+}
+
+}  // namespace
+
+SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_yaml) {
+  // Everything that can fail on bad input happens before the run directory is touched.
+  const CharTokenizer tok;
+  const std::unique_ptr<Task> task = make_task(config);
+  Transformer model = load_or_init_model(config);
+  const std::vector<SftExample> train = tokenize_examples(task->train(), tok);
+  for (const SftExample& e : train)
+    FP8RL_CHECK(static_cast<int64_t>(1 + e.prompt.size() + e.answer.size()) <= model.config().max_seq_len,
+                "an SFT example needs {} tokens, more than model.max_seq_len = {}", 1 + e.prompt.size() + e.answer.size(),
+                model.config().max_seq_len);
+  AdamW optimizer(model.layout(), config.adam);
+
+  const fs::path run_dir = config.log_dir;
+  fs::create_directories(run_dir);
+  write_file_atomic(run_dir / "config.yaml", effective_yaml);
+  std::ofstream metrics(run_dir / "sft_metrics.jsonl");
+
+  SftJobResult result;
+  result.val_accuracy_before =
+      greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
+  fmt::print("sft: {} parameters, precision {}, validation accuracy before: {:.3f} ({} examples)\n",
+             model.num_params(), config.precision, result.val_accuracy_before,
+             std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(task->validation().size())));
+
+  RandomStream order(static_cast<uint64_t>(config.sft_seed), /*stream=*/0);
+  const int64_t global = config.train_global_batch_size, micro = std::min(config.train_micro_batch_size, global);
+  Timer total;
+  int64_t skipped = 0;
+  for (int64_t step = 0; step < config.sft_max_num_steps; ++step) {
+    Timer t;
+    std::vector<TokenBatch> micro_batches;
+    for (int64_t m0 = 0; m0 < global; m0 += micro) {
+      std::vector<const SftExample*> picks;
+      for (int64_t i = m0; i < std::min(global, m0 + micro); ++i)
+        picks.push_back(&train[order.next_below(static_cast<uint32_t>(train.size()))]);
+      micro_batches.push_back(make_sft_batch(picks, tok.bos(), tok.eos(), tok.pad()));
+    }
+    const double lr = config.schedule.lr_at(config.adam.lr, step);
+    const SftStepResult r = sft_step(model, optimizer, micro_batches, lr);
+    skipped += r.skipped;
+    const double seconds = t.seconds();
+    nlohmann::ordered_json line = {{"step", step + 1}, {"loss", r.loss},  {"grad_norm", r.grad_norm},
+                                   {"lr", lr},         {"tokens", r.tokens}, {"tokens_per_s", r.tokens / seconds},
+                                   {"skipped", r.skipped}};
+    const bool last = step + 1 == config.sft_max_num_steps;
+    if (config.sft_val_period > 0 && (step + 1) % config.sft_val_period == 0 && !last) {
+      line["val_accuracy"] = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
+    }
+    metrics << line.dump() << "\n" << std::flush;
+    if (r.skipped) fmt::print(stderr, "sft: warning: step {} skipped (non-finite loss or gradient)\n", step + 1);
+    if ((step + 1) % 10 == 0 || step == 0 || last || line.contains("val_accuracy")) {
+      fmt::print("sft step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad {:.3f}  {:.0f} tok/s{}\n", step + 1,
+                 config.sft_max_num_steps, r.loss, lr, r.grad_norm, r.tokens / seconds,
+                 line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");
+    }
+  }
+  result.val_accuracy_after = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
+  result.checkpoint = run_dir / "checkpoint";
+  save_checkpoint(result.checkpoint, model, &optimizer, {{"sft_steps", config.sft_max_num_steps}});
+  fmt::print("sft: done in {:.1f} s ({} skipped steps); validation accuracy {:.3f} -> {:.3f}; checkpoint {}\n",
+             total.seconds(), skipped, result.val_accuracy_before, result.val_accuracy_after, result.checkpoint.string());
+  return result;
+}
+
+double run_eval_job(const RunConfig& config) {
+  FP8RL_CHECK(config.model_checkpoint.has_value(), "eval needs model.checkpoint=DIR");
+  const CharTokenizer tok;
+  const std::unique_ptr<Task> task = make_task(config);
+  Transformer model = load_or_init_model(config);
+  return greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
+}
+
+}  // namespace fp8rl
