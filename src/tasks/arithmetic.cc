@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "io/config.h"
 
 namespace fp8rl {
 namespace {
@@ -42,6 +43,18 @@ Example draw_example(RandomStream& rng, const ArithmeticTaskConfig& c) {
 }
 
 }  // namespace
+
+void bind_arithmetic_task_config(ConfigSchema& schema, const std::string& prefix, ArithmeticTaskConfig& config) {
+  const ArithmeticTaskConfig d;
+  schema.add(prefix + ".min_operand_digits", &config.min_operand_digits, d.min_operand_digits,
+             "fewest digits of an operand").range(1, 9);
+  schema.add(prefix + ".max_operand_digits", &config.max_operand_digits, d.max_operand_digits,
+             "most digits of an operand").range(1, 9);
+  schema.add(prefix + ".operators", &config.operators, d.operators, "operators to draw from, a subset of \"+-*\"");
+  schema.add(prefix + ".seed", &config.seed, d.seed, "seed of the train and validation splits");
+  schema.add(prefix + ".train_size", &config.train_size, d.train_size, "train prompts").at_least(0);
+  schema.add(prefix + ".val_size", &config.val_size, d.val_size, "validation prompts (distinct)").at_least(0);
+}
 
 std::string arithmetic_answer(int64_t a, char op, int64_t b) {
   switch (op) {

@@ -31,6 +31,8 @@
 
 namespace fp8rl {
 
+class ConfigSchema;
+
 struct ArithmeticTaskConfig {
   int min_operand_digits = 1;   // 1..9
   int max_operand_digits = 3;   // min..9
@@ -39,6 +41,10 @@ struct ArithmeticTaskConfig {
   int64_t train_size = 20000;
   int64_t val_size = 500;
 };
+
+// Registers the fields under `prefix` (e.g. "task.arithmetic": "task.arithmetic.min_operand_digits",
+// ...), with the single-field checks; the constructor checks the rest (min <= max, space size).
+void bind_arithmetic_task_config(ConfigSchema& schema, const std::string& prefix, ArithmeticTaskConfig& config);
 
 // The exact answer of `a op b` in decimal ("-12" for 3-15). op is '+', '-' or '*'.
 std::string arithmetic_answer(int64_t a, char op, int64_t b);

@@ -3,10 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <regex>
 #include <set>
 
 #include "core/check.h"
+#include "io/config.h"
 #include "tasks/char_tokenizer.h"
 
 namespace fp8rl {
@@ -74,15 +74,22 @@ TEST(ArithmeticTask, PromptsAndAnswersHaveTheDocumentedForm) {
   c.min_operand_digits = 2;
   c.max_operand_digits = 4;
   const ArithmeticTask task(c);
-  const std::regex form(R"(([1-9][0-9]{1,3})([-+*])([1-9][0-9]{1,3})=)");
+  // "A op B =" with A and B of 2-4 digits and no leading zero.
+  auto operand_ok = [](const std::string& s) { return s.size() >= 2 && s.size() <= 4 && s[0] != '0'; };
   std::set<char> ops;
   bool negative = false;
   const CharTokenizer tok;
   for (const Example& e : task.train()) {
-    std::smatch m;
-    ASSERT_TRUE(std::regex_match(e.prompt, m, form)) << e.prompt;
-    const int64_t a = std::stoll(m[1]), b = std::stoll(m[3]);
-    const char op = m[2].str()[0];
+    const size_t op_pos = e.prompt.find_first_of("+-*");
+    ASSERT_NE(op_pos, std::string::npos) << e.prompt;
+    ASSERT_TRUE(e.prompt.ends_with("=")) << e.prompt;
+    const std::string a_text = e.prompt.substr(0, op_pos);
+    const std::string b_text = e.prompt.substr(op_pos + 1, e.prompt.size() - op_pos - 2);
+    ASSERT_TRUE(operand_ok(a_text) && operand_ok(b_text)) << e.prompt;
+    ASSERT_EQ(a_text.find_first_not_of("0123456789"), std::string::npos) << e.prompt;
+    ASSERT_EQ(b_text.find_first_not_of("0123456789"), std::string::npos) << e.prompt;
+    const int64_t a = std::stoll(a_text), b = std::stoll(b_text);
+    const char op = e.prompt[op_pos];
     ops.insert(op);
     const int64_t expected = op == '+' ? a + b : op == '-' ? a - b : a * b;
     EXPECT_EQ(e.answer, std::to_string(expected)) << e.prompt;
@@ -154,6 +161,18 @@ TEST(ArithmeticTask, BadConfigsNameTheField) {
   c.operators = "+";
   c.val_size = 60;  // of 100 possible prompts
   EXPECT_THAT(error_of(c), HasSubstr("val_size 60 needs more than half of the 100 possible prompts"));
+}
+
+TEST(ArithmeticTask, ConfigBindsToTheSchema) {
+  ConfigSchema schema;
+  ArithmeticTaskConfig c;
+  bind_arithmetic_task_config(schema, "task.arithmetic", c);
+  schema.load_overrides({"task.arithmetic.max_operand_digits=2", "task.arithmetic.operators=+", "task.arithmetic.seed=3"});
+  EXPECT_EQ(c.max_operand_digits, 2);
+  EXPECT_EQ(c.operators, "+");
+  EXPECT_EQ(c.seed, 3u);
+  EXPECT_EQ(c.min_operand_digits, 1);
+  EXPECT_THROW(schema.load_overrides({"task.arithmetic.max_operand_digits=10"}), Error);
 }
 
 }  // namespace
