@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/attention_row.h"
 #include "kernels/gemm.h"
 
 namespace fp8rl {
@@ -20,31 +21,21 @@ void attention_forward(float* o, float* probs, const float* q, const float* k, c
   check_shape(s);
   const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  std::vector<float> scratch(static_cast<size_t>(s.D));
   for (int64_t b = 0; b < s.B; ++b) {
     for (int64_t h = 0; h < s.Hq; ++h) {
       const int64_t g = h / group;
-      const float* qh = q + b * s.T * ldq + h * s.D;     // [T, D], row stride ldq
-      const float* kh = k + b * s.T * ldkv + g * s.D;    // [T, D], row stride ldkv
+      const float* kh = k + b * s.T * ldkv + g * s.D;  // [T, D], row stride ldkv
       const float* vh = v + b * s.T * ldkv + g * s.D;
-      float* p = probs + (b * s.Hq + h) * s.T * s.T;     // [T, T]
-      gemm_nt_f32(s.T, s.T, s.D, qh, ldq, kh, ldkv, p, s.T);
+      float* p = probs + (b * s.Hq + h) * s.T * s.T;   // [T, T]
       for (int64_t t = 0; t < s.T; ++t) {
         float* row = p + t * s.T;
-        float max = -INFINITY;
-        for (int64_t j = 0; j <= t; ++j) {
-          row[j] *= scale;
-          max = std::max(max, row[j]);
-        }
-        float sum = 0.0f;
-        for (int64_t j = 0; j <= t; ++j) {
-          row[j] = std::exp(row[j] - max);
-          sum += row[j];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t j = 0; j <= t; ++j) row[j] *= inv;
+        attention_row(
+            o + (b * s.T + t) * ldq + h * s.D, row, q + (b * s.T + t) * ldq + h * s.D, t + 1, s.D, scale, 1.0f,
+            [&](int64_t j, float*) { return kh + j * ldkv; }, [&](int64_t j, float*) { return vh + j * ldkv; },
+            scratch.data());
         for (int64_t j = t + 1; j < s.T; ++j) row[j] = 0.0f;
       }
-      gemm_nn_f32(s.T, s.D, s.T, p, s.T, vh, ldkv, o + b * s.T * ldq + h * s.D, ldq);
     }
   }
 }

@@ -8,6 +8,8 @@
 // token, so real tokens never see it (and nobody reads the padding rows' outputs).
 //
 //   scores = (q k^T) * (1/sqrt(D)), causal mask, softmax in FP32 -> probs; o = probs v
+// The forward runs attention_row (attention_row.h) for every row: the generator's decode calls the
+// same function, so both engines agree bit for bit. The backward uses the GEMM entry points.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,420 @@
+#include "generation/engine.h"
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <memory>
+
+#include "core/check.h"
+#include "kernels/attention_row.h"
+#include "kernels/gemm.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/swiglu.h"
+#include "model/params.h"
+#include "numerics/codec.h"
+#include "numerics/e4m3.h"
+#include "numerics/quantize.h"
+
+namespace fp8rl {
+
+namespace {
+
+constexpr const char* kLinearNames[7] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                         "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+                                         "mlp.down_proj.weight"};
+enum { kQ, kK, kV, kO, kGate, kUp, kDown };
+
+void copy_floats(AlignedBuffer<float>& dst, const float* src, int64_t n) {
+  FP8RL_CHECK(src != nullptr, "generator weights: a required tensor is missing from the refit source");
+  if (dst.size() != static_cast<size_t>(n)) dst = AlignedBuffer<float>(static_cast<size_t>(n));
+  std::memcpy(dst.data(), src, sizeof(float) * static_cast<size_t>(n));
+}
+
+void round_bf16(float* x, int64_t n) { bf16_round_f32(x, n); }
+
+}  // namespace
+
+GenerationEngine::GenerationEngine(const ModelConfig& config, const PrecisionPolicy& policy, const EngineOptions& options)
+    : config_(config), policy_(policy), options_(options) {
+  config_.validate();
+  policy_.validate();
+  FP8RL_CHECK(policy_.activations == Precision::kBF16, "the generator runs BF16 activations (policy activations: {})",
+              precision_name(policy_.activations));
+  FP8RL_CHECK(options_.max_num_seqs >= 1, "max_num_seqs must be >= 1, got {}", options_.max_num_seqs);
+  const int64_t C = config_.d_model, F = config_.d_ff;
+  const int64_t shapes[7][2] = {{config_.q_dim(), C}, {config_.kv_dim(), C}, {config_.kv_dim(), C}, {C, config_.q_dim()},
+                                {F, C},               {F, C},               {C, F}};
+  layers_.resize(static_cast<size_t>(config_.n_layers));
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    for (int i = 0; i < 7; ++i) {
+      EngineLinear& lin = layers_[static_cast<size_t>(l)].lin[i];
+      lin.precision = policy_.linear_precision(l, config_.n_layers, layer_param_name(l, kLinearNames[i]));
+      lin.N = shapes[i][0];
+      lin.K = shapes[i][1];
+    }
+  }
+  lm_head_.precision = policy_.fp32_lm_head ? Precision::kF32 : Precision::kBF16;
+  lm_head_.N = config_.vocab_size;
+  lm_head_.K = C;
+  rope_ = rope_table(config_.head_dim, config_.max_seq_len, config_.rope_theta,
+                     config_.rope_llama3_scaling ? &config_.rope_scaling : nullptr);
+  kv_ = KvCache(config_.n_layers, config_.kv_dim(), options_.kv_dtype, options_.kv_cache_bytes);
+}
+
+Precision GenerationEngine::linear_precision(int64_t layer, int64_t index) const {
+  return layers_[static_cast<size_t>(layer)].lin[index].precision;
+}
+
+void GenerationEngine::load_linear(EngineLinear& dst, const LinearWeightSource& src, int64_t N, int64_t K) {
+  FP8RL_CHECK(src.f32 != nullptr || src.fp8 != nullptr || src.bf16 != nullptr,
+              "generator weights: a linear [{}, {}] has no source", N, K);
+  const GemvOptions gemv{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true};
+  switch (dst.precision) {
+    case Precision::kF32:
+      copy_floats(dst.f32, src.f32, N * K);
+      break;
+    case Precision::kBF16:
+      if (src.bf16 != nullptr) {
+        pack_gemv_weights_bf16(src.bf16, N, K, K, dst.packed, gemv);
+      } else {
+        FP8RL_CHECK(src.f32 != nullptr, "generator weights: BF16 linear [{}, {}] needs BF16 or FP32 weights", N, K);
+        std::vector<bf16_t> tmp(static_cast<size_t>(N * K));
+        bf16_encode_f32(src.f32, tmp.data(), N * K);
+        pack_gemv_weights_bf16(tmp.data(), N, K, K, dst.packed, gemv);
+      }
+      break;
+    case Precision::kFP8:
+      if (src.fp8 != nullptr) {
+        FP8RL_CHECK(src.fp8->mode == ScalingMode::kBlocks128x128 && src.fp8->rows == N && src.fp8->cols == K,
+                    "generator weights: FP8 source {} is not [{}, {}] in 128x128 blocks", src.fp8->str(), N, K);
+        pack_gemv_weights_fp8(*src.fp8, dst.packed, gemv);  // the trainer's bytes, repacked
+      } else {
+        FP8RL_CHECK(src.f32 != nullptr, "generator weights: FP8 linear [{}, {}] needs FP8 or FP32 weights", N, K);
+        pack_gemv_weights_fp8(src.f32, N, K, K, policy_.weight_scale_format, dst.packed, gemv);
+      }
+      break;
+  }
+}
+
+void GenerationEngine::update_weights(const GeneratorWeightSource& src) {
+  FP8RL_CHECK(static_cast<int64_t>(src.layers.size()) == config_.n_layers, "generator weights: {} layers, expected {}",
+              src.layers.size(), config_.n_layers);
+  const int64_t C = config_.d_model, D = config_.head_dim;
+  copy_floats(embed_, src.embed, config_.vocab_size * C);
+  round_bf16(embed_.data(), config_.vocab_size * C);  // the trainer's embedding output is BF16
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    const LayerWeightSource& s = src.layers[static_cast<size_t>(l)];
+    EngineLayer& e = layers_[static_cast<size_t>(l)];
+    copy_floats(e.attn_norm, s.attn_norm, C);
+    copy_floats(e.mlp_norm, s.mlp_norm, C);
+    if (config_.qk_norm) {
+      copy_floats(e.q_norm, s.q_norm, D);
+      copy_floats(e.k_norm, s.k_norm, D);
+    }
+    const LinearWeightSource* lins[7] = {&s.q, &s.k, &s.v, &s.o, &s.gate, &s.up, &s.down};
+    for (int i = 0; i < 7; ++i) load_linear(e.lin[i], *lins[i], e.lin[i].N, e.lin[i].K);
+  }
+  copy_floats(final_norm_, src.final_norm, C);
+  load_linear(lm_head_, src.lm_head, lm_head_.N, lm_head_.K);
+  weights_loaded_ = true;
+  // New weights make the old Q/K/V scales stale: generation refuses until they are set again.
+  kv_.invalidate_scales();
+}
+
+void GenerationEngine::set_kv_scales(const std::vector<QkvScales>& scales) {
+  kv_.set_scales(scales, options_.kv_dtype == KvDtype::kFP8 && options_.fp8_attention);
+}
+
+void GenerationEngine::linear_forward(const EngineLinear& lin, const float* x, int64_t R, float* y, bool round) {
+  const int64_t N = lin.N, K = lin.K;
+  const GemvOptions gemv{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true};
+  switch (lin.precision) {
+    case Precision::kF32:
+      gemm_nt_f32(R, N, K, x, K, lin.f32.data(), K, y, N);
+      break;
+    case Precision::kBF16: {
+      std::vector<bf16_t> xh(static_cast<size_t>(R * K));
+      bf16_encode_f32(x, xh.data(), R * K);
+      for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows)
+        gemv_bf16(lin.packed, std::min(kGemvMaxRows, R - r0), xh.data() + r0 * K, K, y + r0 * N, N, gemv);
+      break;
+    }
+    case Precision::kFP8: {
+      // W8A8: activations quantized 1x128 per row, exactly as the trainer's FP8 forward does.
+      QuantizedTensor xq;
+      for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows) {
+        const int64_t m = std::min(kGemvMaxRows, R - r0);
+        if (xq.rows() != m) xq = QuantizedTensor(ScalingMode::kRows1x128, m, K, policy_.activation_scale_format, false);
+        quantize_into(TensorView::contiguous(const_cast<float*>(x + r0 * K), DType::kF32, Shape{m, K}), xq);
+        gemv_fp8(lin.packed, xq.rowwise, y + r0 * N, N, gemv);
+      }
+      break;
+    }
+  }
+  if (round) round_bf16(y, R * N);
+}
+
+void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits) {
+  FP8RL_CHECK(weights_loaded_, "generate called before update_weights (the refit must load weights first)");
+  const int64_t R = static_cast<int64_t>(rows.size());
+  const int64_t C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
+  const int64_t D = config_.head_dim, QD = config_.q_dim(), KD = config_.kv_dim(), group = Hq / Hkv;
+  const bool fp8_kv = options_.kv_dtype == KvDtype::kFP8;
+  const bool fp8_attention = fp8_kv && options_.fp8_attention;
+  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+  std::vector<float> x(static_cast<size_t>(R * C)), h(x.size()), tmp(x.size());
+  std::vector<float> q(static_cast<size_t>(R * QD)), k(static_cast<size_t>(R * KD)), v(k.size()), att(q.size());
+  std::vector<float> qn, kn, rstd(static_cast<size_t>(R * Hq));
+  std::vector<float> g(static_cast<size_t>(R * F)), u(g.size()), s(g.size());
+  std::vector<int32_t> positions(static_cast<size_t>(R));
+  int64_t max_len = 1;
+  for (int64_t r = 0; r < R; ++r) {
+    const Row& row = rows[static_cast<size_t>(r)];
+    FP8RL_CHECK(row.token >= 0 && row.token < config_.vocab_size, "token id {} outside the vocabulary of {}", row.token,
+                config_.vocab_size);
+    std::memcpy(x.data() + r * C, embed_.data() + row.token * C, sizeof(float) * static_cast<size_t>(C));
+    positions[static_cast<size_t>(r)] = static_cast<int32_t>(row.pos);
+    max_len = std::max(max_len, row.pos + 1);
+  }
+  if (config_.qk_norm) qn.resize(q.size()), kn.resize(k.size());
+  std::vector<float> probs(static_cast<size_t>(max_len)), scratch(static_cast<size_t>(D)), qq(static_cast<size_t>(D));
+
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    EngineLayer& e = layers_[static_cast<size_t>(l)];
+    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.attn_norm.data(), R, C, config_.norm_eps);
+    round_bf16(h.data(), R * C);
+    linear_forward(e.lin[kQ], h.data(), R, config_.qk_norm ? qn.data() : q.data(), true);
+    linear_forward(e.lin[kK], h.data(), R, config_.qk_norm ? kn.data() : k.data(), true);
+    linear_forward(e.lin[kV], h.data(), R, v.data(), true);
+    if (config_.qk_norm) {
+      rmsnorm_forward(q.data(), rstd.data(), qn.data(), e.q_norm.data(), R * Hq, D, config_.norm_eps);
+      rmsnorm_forward(k.data(), rstd.data(), kn.data(), e.k_norm.data(), R * Hkv, D, config_.norm_eps);
+    }
+    rope_forward(q.data(), positions.data(), R, Hq, D, rope_);
+    rope_forward(k.data(), positions.data(), R, Hkv, D, rope_);
+    round_bf16(q.data(), R * QD);
+    round_bf16(k.data(), R * KD);
+    // Every row's K and V go into the cache before any row attends, so prefill rows of one
+    // sequence see each other causally.
+    for (int64_t r = 0; r < R; ++r) {
+      const Row& row = rows[static_cast<size_t>(r)];
+      const bool in_prefix = row.pos < row.prefix_len;
+      kv_.write(in_prefix ? *row.prefix : *row.own, l, in_prefix ? row.pos : row.pos - row.prefix_len,
+                k.data() + r * KD, v.data() + r * KD);
+    }
+    const QkvScales sc = fp8_kv ? kv_.scales(l) : QkvScales{1.0f, 1.0f, 1.0f};
+    for (int64_t r = 0; r < R; ++r) {
+      const Row& row = rows[static_cast<size_t>(r)];
+      auto row_of = [&](bool key, int64_t j) {
+        const bool in_prefix = j < row.prefix_len;
+        const KvBlockList& blocks = in_prefix ? *row.prefix : *row.own;
+        const int64_t at = in_prefix ? j : j - row.prefix_len;
+        return key ? kv_.k_row(blocks, l, at) : kv_.v_row(blocks, l, at);
+      };
+      for (int64_t hd = 0; hd < Hq; ++hd) {
+        const int64_t off = (hd / group) * D;  // this head's kv head, in elements
+        auto load = [&](bool key) {
+          return [&, key](int64_t j, float* buf) -> const float* {
+            const uint8_t* p = row_of(key, j);
+            if (fp8_kv) {
+              for (int64_t d = 0; d < D; ++d) buf[d] = e4m3_to_f32(p[off + d]);
+            } else {
+              const bf16_t* hp = reinterpret_cast<const bf16_t*>(p);
+              for (int64_t d = 0; d < D; ++d) buf[d] = bf16_to_f32(hp[off + d]);
+            }
+            return buf;
+          };
+        };
+        const float* qh = q.data() + r * QD + hd * D;
+        float score_scale = softmax_scale;
+        if (fp8_attention) {
+          for (int64_t d = 0; d < D; ++d) qq[static_cast<size_t>(d)] = e4m3_to_f32(f32_to_e4m3(qh[d] / sc.q));
+          qh = qq.data();
+          score_scale = sc.q * sc.k * softmax_scale;
+        } else if (fp8_kv) {
+          score_scale = sc.k * softmax_scale;
+        }
+        attention_row(att.data() + r * QD + hd * D, probs.data(), qh, row.pos + 1, D, score_scale, fp8_kv ? sc.v : 1.0f,
+                      load(true), load(false), scratch.data());
+      }
+    }
+    round_bf16(att.data(), R * QD);
+    linear_forward(e.lin[kO], att.data(), R, tmp.data(), true);
+    for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
+    round_bf16(x.data(), R * C);
+    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.mlp_norm.data(), R, C, config_.norm_eps);
+    round_bf16(h.data(), R * C);
+    linear_forward(e.lin[kGate], h.data(), R, g.data(), true);
+    linear_forward(e.lin[kUp], h.data(), R, u.data(), true);
+    swiglu_forward(s.data(), g.data(), u.data(), R * F);
+    round_bf16(s.data(), R * F);
+    linear_forward(e.lin[kDown], s.data(), R, tmp.data(), true);
+    for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
+    round_bf16(x.data(), R * C);
+  }
+  if (logits == nullptr) return;
+  rmsnorm_forward(h.data(), rstd.data(), x.data(), final_norm_.data(), R, C, config_.norm_eps);
+  if (!policy_.fp32_lm_head) round_bf16(h.data(), R * C);
+  linear_forward(lm_head_, h.data(), R, logits, false);
+}
+
+std::vector<float> GenerationEngine::prompt_logits(const std::vector<int32_t>& tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  FP8RL_CHECK(n > 0 && n <= config_.max_seq_len, "prompt_logits: {} tokens (max_seq_len {})", n, config_.max_seq_len);
+  KvBlockList seq;
+  FP8RL_CHECK(kv_.reserve(seq, n), "prompt_logits: the KV cache cannot hold {} tokens", n);
+  std::vector<Row> rows;
+  for (int64_t i = 0; i < n; ++i) rows.push_back({nullptr, 0, &seq, i, tokens[static_cast<size_t>(i)]});
+  std::vector<float> logits(static_cast<size_t>(n * config_.vocab_size));
+  try {
+    forward_rows(rows, logits.data());
+  } catch (...) {
+    kv_.release(seq);
+    throw;
+  }
+  kv_.release(seq);
+  return logits;
+}
+
+std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                                          int64_t samples_per_prompt, const GenerateOptions& opt) {
+  const int64_t P = static_cast<int64_t>(prompts.size()), G = samples_per_prompt, V = config_.vocab_size;
+  FP8RL_CHECK(G >= 1 && opt.max_new_tokens >= 1, "generate: samples_per_prompt and max_new_tokens must be >= 1");
+  if (options_.kv_dtype == KvDtype::kFP8)
+    FP8RL_CHECK(kv_.scales_set(), "generate: the FP8 KV cache has no Q/K/V scales for the current weights "
+                                  "(set_kv_scales must follow every update_weights)");
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t len = static_cast<int64_t>(prompts[static_cast<size_t>(p)].size());
+    FP8RL_CHECK(len >= 1, "generate: prompt {} is empty (it needs at least bos)", p);
+    FP8RL_CHECK(len + opt.max_new_tokens <= config_.max_seq_len,
+                "generate: prompt {} ({} tokens) + max_new_tokens {} exceeds max_seq_len {}", p, len,
+                opt.max_new_tokens, config_.max_seq_len);
+  }
+  stats_ = {};
+  struct Prefix {
+    KvBlockList blocks;
+    std::vector<float> last_logits;  // [V] logits after the prompt's last token
+    int64_t unfinished = 0;
+    bool prefilled = false;
+  };
+  struct Sample {
+    int64_t p = 0, g = 0;
+    KvBlockList own;
+    std::vector<float> first_logits;  // without prefix sharing: logits after its own prefill
+    GeneratedSequence out;
+    bool needs_prefill = false;
+  };
+  std::vector<Prefix> prefixes(static_cast<size_t>(P));
+  for (Prefix& pre : prefixes) pre.unfinished = G;
+  std::deque<std::pair<int64_t, int64_t>> pending;
+  for (int64_t p = 0; p < P; ++p)
+    for (int64_t g = 0; g < G; ++g) pending.emplace_back(p, g);
+  std::vector<GeneratedSequence> results(static_cast<size_t>(P * G));
+  std::vector<std::unique_ptr<Sample>> active;
+  std::vector<float> scratch(static_cast<size_t>(V));
+
+  auto plen = [&](int64_t p) { return static_cast<int64_t>(prompts[static_cast<size_t>(p)].size()); };
+  auto sample_next = [&](Sample& s, const float* logits) {
+    const uint64_t stream = opt.first_sequence_index + static_cast<uint64_t>(s.p * G + s.g);
+    const SampledToken t = sample_token(logits, V, opt.sampling, stream, s.out.tokens.size(), scratch.data());
+    s.out.tokens.push_back(t.token);
+    s.out.logprobs.push_back(t.logprob);
+    if (t.token == opt.eos) s.out.finish = FinishReason::kStop;
+  };
+  auto finished = [&](const Sample& s) {
+    return (!s.out.tokens.empty() && s.out.tokens.back() == opt.eos) ||
+           static_cast<int64_t>(s.out.tokens.size()) >= opt.max_new_tokens;
+  };
+
+  while (!pending.empty() || !active.empty()) {
+    // Admission: start waiting samples while there is room (continuous batching).
+    std::vector<Row> prefill;
+    std::vector<std::pair<Sample*, int64_t>> prefill_last_rows;  // sample (or nullptr) -> row index
+    std::vector<std::pair<int64_t, int64_t>> prefix_last_rows;   // prompt -> row index
+    std::vector<Sample*> admitted;
+    while (!pending.empty() && static_cast<int64_t>(active.size()) < options_.max_num_seqs) {
+      const auto [p, g] = pending.front();
+      auto s = std::make_unique<Sample>();
+      s->p = p, s->g = g;
+      s->out.prompt_index = p, s->out.sample_index = g;
+      Prefix& pre = prefixes[static_cast<size_t>(p)];
+      const bool new_prefix = opt.share_prefix && !pre.prefilled && pre.blocks.pages.empty();
+      const int64_t own_tokens = (opt.share_prefix ? 0 : plen(p)) + opt.max_new_tokens;
+      const int64_t prefix_pages = new_prefix ? (plen(p) + kPageTokens - 1) / kPageTokens : 0;
+      const int64_t own_pages = (own_tokens + kPageTokens - 1) / kPageTokens;
+      if (prefix_pages + own_pages > kv_.free_pages()) {
+        FP8RL_CHECK(!active.empty() || !prefill.empty(),
+                    "generate: the KV cache ({} tokens) cannot hold one sequence of {} prompt + {} new tokens",
+                    kv_.capacity_tokens(), plen(p), opt.max_new_tokens);
+        break;
+      }
+      if (new_prefix) {
+        kv_.reserve(pre.blocks, plen(p));
+        for (int64_t i = 0; i < plen(p); ++i)
+          prefill.push_back({nullptr, 0, &pre.blocks, i, prompts[static_cast<size_t>(p)][static_cast<size_t>(i)]});
+        prefix_last_rows.emplace_back(p, static_cast<int64_t>(prefill.size()) - 1);
+      }
+      kv_.reserve(s->own, own_tokens);
+      if (!opt.share_prefix) {
+        for (int64_t i = 0; i < plen(p); ++i)
+          prefill.push_back({nullptr, 0, &s->own, i, prompts[static_cast<size_t>(p)][static_cast<size_t>(i)]});
+        prefill_last_rows.emplace_back(s.get(), static_cast<int64_t>(prefill.size()) - 1);
+      }
+      admitted.push_back(s.get());
+      active.push_back(std::move(s));
+      pending.pop_front();
+    }
+    stats_.peak_active = std::max<int64_t>(stats_.peak_active, static_cast<int64_t>(active.size()));
+    if (!prefill.empty()) {
+      std::vector<float> logits(prefill.size() * static_cast<size_t>(V));
+      forward_rows(prefill, logits.data());
+      stats_.prefill_tokens += static_cast<int64_t>(prefill.size());
+      for (const auto& [p, r] : prefix_last_rows) {
+        Prefix& pre = prefixes[static_cast<size_t>(p)];
+        pre.last_logits.assign(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+        pre.prefilled = true;
+      }
+      for (const auto& [s, r] : prefill_last_rows) s->first_logits.assign(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+    }
+    // A newly admitted sample draws its first token from the logits after the prompt.
+    for (Sample* s : admitted)
+      sample_next(*s, opt.share_prefix ? prefixes[static_cast<size_t>(s->p)].last_logits.data() : s->first_logits.data());
+
+    // One decode step for every running sample.
+    std::vector<Row> rows;
+    std::vector<Sample*> stepping;
+    for (auto& s : active) {
+      if (finished(*s)) continue;
+      const int64_t prefix_len = opt.share_prefix ? plen(s->p) : 0;
+      const int64_t pos = plen(s->p) + static_cast<int64_t>(s->out.tokens.size()) - 1;
+      rows.push_back({opt.share_prefix ? &prefixes[static_cast<size_t>(s->p)].blocks : nullptr, prefix_len, &s->own, pos,
+                      s->out.tokens.back()});
+      stepping.push_back(s.get());
+    }
+    if (!rows.empty()) {
+      std::vector<float> logits(rows.size() * static_cast<size_t>(V));
+      forward_rows(rows, logits.data());
+      stats_.decode_tokens += static_cast<int64_t>(rows.size());
+      ++stats_.decode_steps;
+      for (size_t i = 0; i < stepping.size(); ++i) sample_next(*stepping[i], logits.data() + i * static_cast<size_t>(V));
+    }
+    // Retire finished samples; their pages (and a prompt's, after its last sample) are reused.
+    for (auto it = active.begin(); it != active.end();) {
+      Sample& s = **it;
+      if (!finished(s)) {
+        ++it;
+        continue;
+      }
+      kv_.release(s.own);
+      Prefix& pre = prefixes[static_cast<size_t>(s.p)];
+      if (--pre.unfinished == 0) kv_.release(pre.blocks);
+      results[static_cast<size_t>(s.p * G + s.g)] = std::move(s.out);
+      it = active.erase(it);
+    }
+  }
+  return results;
+}
+
+}  // namespace fp8rl

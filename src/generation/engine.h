@@ -1,0 +1,151 @@
+// The rollout generator: prefill and batched decode of many sequences with BF16 or FP8 weights,
+// a BF16 or FP8 KV cache, shared prompt prefixes, continuous batching, and sampling with exact
+// log-probs. It is a separate engine from the trainer, with its own weight layout (the packed
+// GEMV layout of kernels/gemv.h), fed only by the refit step (rl/refit).
+//
+// Numerics: every operator is the trainer's (rmsnorm, rope, swiglu, attention_row, the GEMM/GEMV
+// pair whose rows are bit-identical, token log-probs), applied per token row at the same BF16
+// rounding points (docs/model.md). So with BF16 weights, or FP8 weights and W8A8, and a BF16 KV
+// cache, the log-prob of every sampled token equals the trainer's recomputed one bit for bit.
+// With an FP8 KV cache, K and V are stored as e4m3(x / scale); with FP8 attention, Q is also
+// quantized (e4m3(q / q_scale)) and score = dot(q_codes, k_codes) * q_scale * k_scale / sqrt(D);
+// the output is (sum_j p_j v_codes_j) * v_scale. Dot products and sums are FP32.
+//
+// Uses the architecture and precision-policy types of model/ (config.h, precision.h), never the
+// trainer itself.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "generation/kv_cache.h"
+#include "generation/sampling.h"
+#include "kernels/gemv.h"
+#include "model/config.h"
+#include "model/precision.h"
+#include "numerics/quantized_tensor.h"
+
+namespace fp8rl {
+
+// What the refit hands over for one linear W [N, K]. `f32` (the master) is always set; `fp8` is
+// the trainer's 128x128 quantization of this step when the trainer runs the layer in FP8 (the
+// generator then repacks those exact bytes), `bf16` its BF16 copy when it runs in BF16.
+struct LinearWeightSource {
+  const float* f32 = nullptr;
+  const QuantizedMatrix* fp8 = nullptr;
+  const bf16_t* bf16 = nullptr;
+};
+
+struct LayerWeightSource {
+  const float* attn_norm = nullptr;  // [C]
+  const float* mlp_norm = nullptr;   // [C]
+  const float* q_norm = nullptr;     // [D] (q/k-norm models)
+  const float* k_norm = nullptr;     // [D]
+  LinearWeightSource q, k, v, o, gate, up, down;
+};
+
+struct GeneratorWeightSource {
+  const float* embed = nullptr;  // [V, C] FP32 masters
+  std::vector<LayerWeightSource> layers;
+  const float* final_norm = nullptr;  // [C]
+  LinearWeightSource lm_head;         // [V, C]
+};
+
+struct EngineOptions {
+  KvDtype kv_dtype = KvDtype::kBF16;
+  bool fp8_attention = true;          // with an FP8 KV cache: quantize Q too
+  int64_t kv_cache_bytes = 64 << 20;  // K/V storage budget
+  int64_t max_num_seqs = 64;          // sequences decoded together
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 16;  // including the eos
+  SamplingParams sampling;
+  int32_t eos = 2;
+  uint64_t first_sequence_index = 0;  // sequence (prompt p, sample g) draws from stream first + p*G + g
+  bool share_prefix = true;           // the G samples of a prompt share its prefill and KV entries
+};
+
+enum class FinishReason : uint8_t { kStop, kLength };
+
+struct GeneratedSequence {
+  int64_t prompt_index = 0;
+  int64_t sample_index = 0;
+  std::vector<int32_t> tokens;   // generated tokens, the eos included when it was generated
+  std::vector<float> logprobs;   // log-prob of each token under the distribution it was drawn from
+  FinishReason finish = FinishReason::kLength;
+};
+
+struct GenerationStats {
+  int64_t prefill_tokens = 0;
+  int64_t decode_tokens = 0;
+  int64_t decode_steps = 0;
+  int64_t peak_active = 0;
+};
+
+class GenerationEngine {
+ public:
+  GenerationEngine(const ModelConfig& config, const PrecisionPolicy& policy, const EngineOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  const PrecisionPolicy& policy() const { return policy_; }
+  const KvCache& kv_cache() const { return kv_; }
+  Precision linear_precision(int64_t layer, int64_t index) const;  // index: q k v o gate up down
+
+  // Refit: copies / repacks the weights into the engine's buffers in place (no reallocation
+  // after the first call). With an FP8 KV cache, the scales are invalidated: the caller must
+  // set_kv_scales for the new weights before generating.
+  void update_weights(const GeneratorWeightSource& source);
+  // Validated (finite, > 0; q too with FP8 attention) per-layer scales.
+  void set_kv_scales(const std::vector<QkvScales>& scales);
+
+  // Generates `samples_per_prompt` responses to every prompt (token ids starting with bos).
+  // Results are ordered prompt-major, sample-minor, and do not depend on batch composition.
+  std::vector<GeneratedSequence> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                          int64_t samples_per_prompt, const GenerateOptions& options);
+  const GenerationStats& last_stats() const { return stats_; }
+
+  // The logits [V] of every position of `tokens` (a full forward through the engine, no
+  // sampling), for tests and diagnostics.
+  std::vector<float> prompt_logits(const std::vector<int32_t>& tokens);
+
+ private:
+  struct EngineLinear {
+    Precision precision = Precision::kBF16;
+    PackedGemvWeights packed;         // BF16 or FP8 weights in the GEMV layout
+    AlignedBuffer<float> f32;         // FP32 weights (FP32 LM head only)
+    int64_t N = 0, K = 0;
+  };
+  struct EngineLayer {
+    AlignedBuffer<float> attn_norm, mlp_norm, q_norm, k_norm;
+    EngineLinear lin[7];  // q k v o gate up down
+  };
+  // One token row of a forward: the sequence it belongs to and its position.
+  struct Row {
+    const KvBlockList* prefix;  // shared prompt pages (nullptr: none)
+    int64_t prefix_len;
+    KvBlockList* own;           // pages for positions >= prefix_len
+    int64_t pos;
+    int32_t token;
+  };
+
+  void load_linear(EngineLinear& dst, const LinearWeightSource& src, int64_t N, int64_t K);
+  // y [R, N] = x [R, K] W^T in the linear's precision (BF16-valued x), rounded to BF16 if asked.
+  void linear_forward(const EngineLinear& lin, const float* x, int64_t R, float* y, bool round_bf16);
+  // Runs the rows through the model, writing their K/V into the cache; logits [R, V] if wanted.
+  void forward_rows(const std::vector<Row>& rows, float* logits);
+
+  ModelConfig config_;
+  PrecisionPolicy policy_;
+  EngineOptions options_;
+  bool weights_loaded_ = false;
+  AlignedBuffer<float> embed_;  // [V, C] BF16-valued
+  std::vector<EngineLayer> layers_;
+  AlignedBuffer<float> final_norm_;
+  EngineLinear lm_head_;
+  RopeTable rope_;
+  KvCache kv_;
+  GenerationStats stats_;
+};
+
+}  // namespace fp8rl

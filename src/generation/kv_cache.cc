@@ -1,0 +1,107 @@
+#include "generation/kv_cache.h"
+
+#include <cmath>
+#include <cstring>
+#include <string_view>
+
+#include "core/check.h"
+#include "numerics/e4m3.h"
+
+namespace fp8rl {
+
+const char* kv_dtype_name(KvDtype d) { return d == KvDtype::kFP8 ? "fp8" : "bf16"; }
+
+KvDtype parse_kv_dtype(const char* name) {
+  const std::string_view n(name);
+  if (n == "bf16") return KvDtype::kBF16;
+  if (n == "fp8") return KvDtype::kFP8;
+  FP8RL_CHECK(false, "unknown kv_cache_dtype '{}' (expected bf16 or fp8)", n);
+  return KvDtype::kBF16;
+}
+
+KvCache::KvCache(int64_t n_layers, int64_t kv_dim, KvDtype dtype, int64_t budget_bytes)
+    : n_layers_(n_layers), kv_dim_(kv_dim), dtype_(dtype) {
+  const int64_t page_bytes = bytes_per_token() * kPageTokens;
+  num_pages_ = budget_bytes / page_bytes;
+  FP8RL_CHECK(num_pages_ >= 1, "KV cache budget of {} bytes holds no page of {} tokens ({} bytes per page)",
+              budget_bytes, kPageTokens, page_bytes);
+  const size_t pool = static_cast<size_t>(num_pages_ * kPageTokens * kv_dim_ * element_bytes());
+  for (int64_t l = 0; l < n_layers_; ++l) {
+    k_pool_.emplace_back(pool);
+    v_pool_.emplace_back(pool);
+  }
+  for (int64_t p = num_pages_ - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+  scales_.assign(static_cast<size_t>(n_layers_), QkvScales{});
+}
+
+int64_t KvCache::storage_bytes() const {
+  return num_pages_ * kPageTokens * bytes_per_token() +
+         (dtype_ == KvDtype::kFP8 ? n_layers_ * static_cast<int64_t>(sizeof(QkvScales)) : 0);
+}
+
+bool KvCache::reserve(KvBlockList& seq, int64_t tokens) {
+  const int64_t have = static_cast<int64_t>(seq.pages.size()) * kPageTokens;
+  const int64_t need_pages = (seq.tokens + tokens - have + kPageTokens - 1) / kPageTokens;
+  if (need_pages <= 0) return true;
+  if (need_pages > free_pages()) return false;
+  for (int64_t i = 0; i < need_pages; ++i) {
+    seq.pages.push_back(free_.back());
+    free_.pop_back();
+  }
+  return true;
+}
+
+void KvCache::release(KvBlockList& seq) {
+  for (int32_t p : seq.pages) free_.push_back(p);
+  seq.pages.clear();
+  seq.tokens = 0;
+}
+
+uint8_t* KvCache::row(std::vector<AlignedBuffer<uint8_t>>& pool, const KvBlockList& seq, int64_t layer, int64_t pos) {
+  FP8RL_CHECK(pos >= 0 && pos / kPageTokens < static_cast<int64_t>(seq.pages.size()),
+              "KV cache: position {} beyond the sequence's {} reserved pages", pos, seq.pages.size());
+  const int64_t page = seq.pages[static_cast<size_t>(pos / kPageTokens)];
+  return pool[static_cast<size_t>(layer)].data() + ((page * kPageTokens + pos % kPageTokens) * kv_dim_) * element_bytes();
+}
+
+const uint8_t* KvCache::k_row(const KvBlockList& seq, int64_t layer, int64_t pos) const {
+  return const_cast<KvCache*>(this)->row(const_cast<KvCache*>(this)->k_pool_, seq, layer, pos);
+}
+const uint8_t* KvCache::v_row(const KvBlockList& seq, int64_t layer, int64_t pos) const {
+  return const_cast<KvCache*>(this)->row(const_cast<KvCache*>(this)->v_pool_, seq, layer, pos);
+}
+
+void KvCache::write(const KvBlockList& seq, int64_t layer, int64_t pos, const float* k, const float* v) {
+  uint8_t* kd = row(k_pool_, seq, layer, pos);
+  uint8_t* vd = row(v_pool_, seq, layer, pos);
+  if (dtype_ == KvDtype::kBF16) {
+    auto* kh = reinterpret_cast<bf16_t*>(kd);
+    auto* vh = reinterpret_cast<bf16_t*>(vd);
+    for (int64_t i = 0; i < kv_dim_; ++i) {
+      kh[i] = f32_to_bf16(k[i]);  // exact: K and V are BF16 values already
+      vh[i] = f32_to_bf16(v[i]);
+    }
+    return;
+  }
+  FP8RL_CHECK(scales_set_, "FP8 KV cache written before its scales were set for this step (refit must set them)");
+  const QkvScales& s = scales_[static_cast<size_t>(layer)];
+  for (int64_t i = 0; i < kv_dim_; ++i) {
+    kd[i] = f32_to_e4m3(k[i] / s.k);
+    vd[i] = f32_to_e4m3(v[i] / s.v);
+  }
+}
+
+void KvCache::set_scales(const std::vector<QkvScales>& scales, bool need_q) {
+  FP8RL_CHECK(static_cast<int64_t>(scales.size()) == n_layers_, "KV scales: got {} layers, the model has {}",
+              scales.size(), n_layers_);
+  for (size_t l = 0; l < scales.size(); ++l) {
+    const QkvScales& s = scales[l];
+    auto ok = [](float x) { return std::isfinite(x) && x > 0.0f; };
+    FP8RL_CHECK(ok(s.k) && ok(s.v) && (!need_q || ok(s.q)),
+                "KV scales of layer {} must be finite and > 0: q_scale {}, k_scale {}, v_scale {}", l, s.q, s.k, s.v);
+  }
+  scales_ = scales;
+  scales_set_ = true;
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,82 @@
+// The generator's paged KV cache: K and V of every layer for every cached token, in BF16 or in
+// FP8 E4M3 with one FP32 scale per layer for K and one for V (fp8-recipe.md section 6).
+//
+// Storage: per layer, a K pool and a V pool of `num_pages` pages of `kPageTokens` tokens, each
+// token a row of kv_dim = Hkv * D elements (2 bytes in BF16, 1 byte in FP8):
+//   k_pool[layer] [num_pages][kPageTokens][kv_dim]
+// A sequence owns a list of pages (KvBlockList); the G samples of a prompt read the prompt's
+// pages (shared prefix) and append their own tokens to pages of their own. Pages return to the
+// free list when a sequence finishes, so memory is reused while other sequences run.
+//
+// FP8 entries are e4m3(k / k_scale) and e4m3(v / v_scale); the scales are set by the refit step
+// after every training step and must be finite and positive (set_scales refuses anything else).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "numerics/bf16.h"
+
+namespace fp8rl {
+
+enum class KvDtype : uint8_t { kBF16, kFP8 };
+const char* kv_dtype_name(KvDtype d);
+KvDtype parse_kv_dtype(const char* name);  // "bf16" | "fp8"
+
+inline constexpr int64_t kPageTokens = 16;
+
+// Per-layer scales of the Q/K/V quantization (FP8 KV cache and FP8 attention).
+struct QkvScales {
+  float q = 0.0f, k = 0.0f, v = 0.0f;  // 0: not set
+};
+
+// The pages of one sequence, in position order.
+struct KvBlockList {
+  std::vector<int32_t> pages;
+  int64_t tokens = 0;  // positions written
+};
+
+class KvCache {
+ public:
+  KvCache() = default;
+  // A cache of `budget_bytes` of K/V storage (at least one page).
+  KvCache(int64_t n_layers, int64_t kv_dim, KvDtype dtype, int64_t budget_bytes);
+
+  KvDtype dtype() const { return dtype_; }
+  int64_t element_bytes() const { return dtype_ == KvDtype::kFP8 ? 1 : 2; }
+  int64_t bytes_per_token() const { return 2 * n_layers_ * kv_dim_ * element_bytes(); }
+  int64_t num_pages() const { return num_pages_; }
+  int64_t capacity_tokens() const { return num_pages_ * kPageTokens; }
+  int64_t storage_bytes() const;  // K/V pools plus the scales
+  int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
+
+  // Takes pages for `tokens` more positions of `seq`; false (and nothing taken) if there are
+  // not enough free pages.
+  bool reserve(KvBlockList& seq, int64_t tokens);
+  void release(KvBlockList& seq);
+
+  // Writes one token's K and V rows (kv_dim floats each, BF16-valued) of `layer` at position
+  // `pos` of `seq` (pages must be reserved).
+  void write(const KvBlockList& seq, int64_t layer, int64_t pos, const float* k, const float* v);
+  // Row pointers into the pools (kv_dim elements: bf16_t or E4M3 codes).
+  const uint8_t* k_row(const KvBlockList& seq, int64_t layer, int64_t pos) const;
+  const uint8_t* v_row(const KvBlockList& seq, int64_t layer, int64_t pos) const;
+
+  // Validated: every k and v scale finite and > 0 (and q when `need_q`), one entry per layer.
+  void set_scales(const std::vector<QkvScales>& scales, bool need_q);
+  bool scales_set() const { return scales_set_; }
+  void invalidate_scales() { scales_set_ = false; }
+  const QkvScales& scales(int64_t layer) const { return scales_[static_cast<size_t>(layer)]; }
+
+ private:
+  uint8_t* row(std::vector<AlignedBuffer<uint8_t>>& pool, const KvBlockList& seq, int64_t layer, int64_t pos);
+  int64_t n_layers_ = 0, kv_dim_ = 0, num_pages_ = 0;
+  KvDtype dtype_ = KvDtype::kBF16;
+  std::vector<AlignedBuffer<uint8_t>> k_pool_, v_pool_;  // [layer] -> [num_pages][kPageTokens][kv_dim]
+  std::vector<int32_t> free_;
+  std::vector<QkvScales> scales_;
+  bool scales_set_ = false;
+};
+
+}  // namespace fp8rl

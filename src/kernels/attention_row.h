@@ -1,0 +1,53 @@
+// One query row of causal attention, in the fixed order both engines use: the trainer's
+// attention_forward calls it for every row, the generator's decode calls it with keys and values
+// read from its KV cache. Same inputs, same bits (fp8-recipe.md invariant 1).
+//
+//   score[j] = dot(q, k_j) * score_scale          for j in [0, len)
+//   p        = softmax(score) (max subtracted, exp, sum in index order, times 1/sum)
+//   out[d]   = (sum_j p[j] * v_j[d]) * value_scale   (j in index order)
+//
+// The dot product runs in 16 FP32 lanes (element i goes to lane i % 16) reduced in a fixed tree,
+// so the compiler may vectorise it without changing the result. `load_k(j, buf)` and
+// `load_v(j, buf)` return a pointer to row j as D floats (they may widen BF16 or decode FP8 into
+// `buf`).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace fp8rl {
+
+inline float attention_dot(const float* a, const float* b, int64_t D) {
+  float lanes[16] = {};
+  for (int64_t i = 0; i < D; ++i) lanes[i % 16] += a[i] * b[i];
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
+// probs[0..len) receives p. `scratch` holds D floats for the loaders.
+template <typename LoadK, typename LoadV>
+void attention_row(float* out, float* probs, const float* q, int64_t len, int64_t D, float score_scale,
+                   float value_scale, LoadK load_k, LoadV load_v, float* scratch) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < len; ++j) {
+    probs[j] = attention_dot(q, load_k(j, scratch), D) * score_scale;
+    max = std::max(max, probs[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    probs[j] = std::exp(probs[j] - max);
+    sum += probs[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < len; ++j) probs[j] *= inv;
+  for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    const float* v = load_v(j, scratch);
+    for (int64_t d = 0; d < D; ++d) out[d] += probs[j] * v[d];
+  }
+  if (value_scale != 1.0f)
+    for (int64_t d = 0; d < D; ++d) out[d] *= value_scale;
+}
+
+}  // namespace fp8rl

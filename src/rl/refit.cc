@@ -1,0 +1,62 @@
+#include "rl/refit.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+namespace {
+LinearWeightSource source_of(const Linear& lin, const float* master) {
+  LinearWeightSource s;
+  s.f32 = master;
+  if (lin.precision() == Precision::kFP8) s.fp8 = &lin.fp8_weights().rowwise;
+  if (lin.precision() == Precision::kBF16) s.bf16 = lin.bf16_weights().data();
+  return s;
+}
+}  // namespace
+
+GeneratorWeightSource generator_weight_source(const Transformer& trainer) {
+  const WeightPointers& w = trainer.weights();
+  const std::vector<Transformer::NamedLinear> linears = trainer.linears();  // 7 per layer, then the LM head
+  GeneratorWeightSource src;
+  src.embed = w.embed;
+  src.final_norm = w.final_norm;
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& lw = w.layers[l];
+    LayerWeightSource ls;
+    ls.attn_norm = lw.attn_norm;
+    ls.mlp_norm = lw.mlp_norm;
+    ls.q_norm = lw.q_norm;
+    ls.k_norm = lw.k_norm;
+    const float* masters[7] = {lw.wq, lw.wk, lw.wv, lw.wo, lw.w_gate, lw.w_up, lw.w_down};
+    LinearWeightSource* dst[7] = {&ls.q, &ls.k, &ls.v, &ls.o, &ls.gate, &ls.up, &ls.down};
+    for (size_t i = 0; i < 7; ++i) *dst[i] = source_of(*linears[l * 7 + i].linear, masters[i]);
+    src.layers.push_back(ls);
+  }
+  src.lm_head = source_of(*linears.back().linear, w.lm_head);
+  return src;
+}
+
+void refit_generator_weights(const Transformer& trainer, GenerationEngine& generator) {
+  FP8RL_CHECK(trainer.config().n_layers == generator.config().n_layers &&
+                  trainer.config().d_model == generator.config().d_model &&
+                  trainer.config().vocab_size == generator.config().vocab_size,
+              "refit: the trainer's and the generator's architectures differ");
+  generator.update_weights(generator_weight_source(trainer));
+}
+
+std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAmax>& amax) {
+  std::vector<QkvScales> scales;
+  for (size_t l = 0; l < amax.size(); ++l) {
+    const Transformer::QkvAmax& a = amax[l];
+    auto ok = [](float x) { return std::isfinite(x) && x > 0.0f; };
+    FP8RL_CHECK(ok(a.q) && ok(a.k) && ok(a.v),
+                "KV calibration of layer {}: amax q {}, k {}, v {} must be finite and > 0 (empty calibration batch?)", l,
+                a.q, a.k, a.v);
+    scales.push_back({1.05f * a.q / 448.0f, 1.05f * a.k / 448.0f, 1.05f * a.v / 448.0f});
+  }
+  return scales;
+}
+
+}  // namespace fp8rl

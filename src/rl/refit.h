@@ -1,0 +1,31 @@
+// The refit: the only place where weights move from the trainer to the generator
+// (fp8-recipe.md section 6).
+//
+//  1. Weights: every linear's bytes for this step — the trainer's own 128x128 FP8 quantization
+//     when the trainer runs the layer in FP8 (one quantization, two consumers), its BF16 copy
+//     when it runs in BF16 — plus the FP32 masters for everything else; the generator repacks
+//     them into its layout in place.
+//  2. KV scales (FP8 KV cache only): scale = 1.05 * amax / 448 per layer for each of Q, K, V,
+//     from the amax the trainer recorded (after q/k-norm and RoPE) in a forward with the new
+//     weights; validated (finite, positive) before the generator may run.
+#pragma once
+
+#include <vector>
+
+#include "generation/engine.h"
+#include "model/transformer.h"
+
+namespace fp8rl {
+
+// Pointers into the trainer's current masters and low-precision copies (valid until the
+// trainer's next refresh_weights).
+GeneratorWeightSource generator_weight_source(const Transformer& trainer);
+
+// Copies this step's weights into the generator, in place.
+void refit_generator_weights(const Transformer& trainer, GenerationEngine& generator);
+
+// 1.05 * amax / 448 per layer from the amax of the trainer's last forward. Throws if an amax is
+// zero or not finite (the calibration batch was empty or the model diverged).
+std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAmax>& amax);
+
+}  // namespace fp8rl

@@ -1,0 +1,238 @@
+// The generation engine against the trainer: greedy decoding, exact log-prob agreement with BF16
+// and FP8 weights, the FP8 KV cache's mismatch, prefix sharing, continuous batching, weight
+// updates and KV-scale validation.
+#include "generation/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "model/transformer.h"
+#include "rl/evaluate.h"
+#include "rl/refit.h"
+
+namespace fp8rl {
+namespace {
+
+constexpr int32_t kPad = 0, kBos = 1, kEos = 2;
+
+ModelConfig test_config(bool qk_norm) {
+  ModelConfig c;
+  c.preset = "test";
+  c.vocab_size = 40, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32;
+  c.d_ff = 256, c.max_seq_len = 48, c.qk_norm = qk_norm;
+  return c;
+}
+
+PrecisionPolicy policy_for(Precision linear) {
+  PrecisionPolicy p;
+  p.linear = linear;
+  return p;
+}
+
+// A trainer with sharpened random weights, so that distributions are far from uniform.
+Transformer make_trainer(const ModelConfig& c, Precision linear, uint64_t seed, float sharpen = 8.0f) {
+  Transformer t(c, policy_for(linear));
+  t.init_random(seed);
+  for (int64_t i = 0; i < t.num_params(); ++i) t.params()[i] *= sharpen;
+  for (const ParamInfo& p : t.layout().tensors())
+    if (p.shape.rank == 1) std::fill(t.params() + p.offset, t.params() + p.offset + p.shape.numel(), 1.0f);
+  t.refresh_weights();
+  return t;
+}
+
+std::vector<std::vector<int32_t>> make_prompts(int n, uint64_t seed) {
+  std::vector<std::vector<int32_t>> prompts;
+  RandomStream rng(seed, 0);
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> p = {kBos};
+    const int len = 2 + static_cast<int>(rng.next_below(6));
+    for (int j = 0; j < len; ++j) p.push_back(3 + static_cast<int32_t>(rng.next_below(37)));
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
+// The trainer's log-prob of every generated token (prompt + response as one sequence).
+std::vector<std::vector<float>> trainer_logprobs(Transformer& t, const std::vector<std::vector<int32_t>>& prompts,
+                                                 const std::vector<GeneratedSequence>& seqs, int64_t G) {
+  int64_t T = 0;
+  for (const auto& s : seqs) T = std::max<int64_t>(T, prompts[static_cast<size_t>(s.prompt_index)].size() + s.tokens.size());
+  TokenBatch b = TokenBatch::empty(static_cast<int64_t>(seqs.size()), T, kPad);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const auto& p = prompts[static_cast<size_t>(seqs[i].prompt_index)];
+    std::vector<int32_t> full = p;
+    full.insert(full.end(), seqs[i].tokens.begin(), seqs[i].tokens.end());
+    for (size_t j = 0; j < full.size(); ++j) b.tokens[i * static_cast<size_t>(T) + j] = full[j];
+    for (size_t j = 0; j < seqs[i].tokens.size(); ++j)
+      b.targets[i * static_cast<size_t>(T) + p.size() - 1 + j] = seqs[i].tokens[j];
+    b.lengths[i] = static_cast<int32_t>(full.size());
+  }
+  std::vector<float> lp(static_cast<size_t>(b.B * T));
+  t.forward(b, lp.data());
+  std::vector<std::vector<float>> out;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const size_t start = i * static_cast<size_t>(T) + prompts[static_cast<size_t>(seqs[i].prompt_index)].size() - 1;
+    out.emplace_back(lp.begin() + static_cast<std::ptrdiff_t>(start),
+                     lp.begin() + static_cast<std::ptrdiff_t>(start + seqs[i].tokens.size()));
+  }
+  (void)G;
+  return out;
+}
+
+double token_mult_prob_error(const std::vector<GeneratedSequence>& seqs, const std::vector<std::vector<float>>& prev) {
+  double sum = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (size_t j = 0; j < seqs[i].logprobs.size(); ++j) {
+      sum += std::exp(std::fabs(static_cast<double>(seqs[i].logprobs[j]) - prev[i][j]));
+      ++n;
+    }
+  return sum / static_cast<double>(n);
+}
+
+GenerateOptions sampling_options(int64_t max_new, uint64_t seed) {
+  GenerateOptions o;
+  o.max_new_tokens = max_new;
+  o.sampling.seed = seed;
+  o.eos = kEos;
+  return o;
+}
+
+TEST(Generation, GreedyEqualsTheTrainersArgmaxContinuation) {
+  for (bool qk_norm : {false, true}) {
+    Transformer t = make_trainer(test_config(qk_norm), Precision::kBF16, 3);
+    GenerationEngine e(t.config(), t.policy(), {});
+    refit_generator_weights(t, e);
+    const auto prompts = make_prompts(6, 1);
+    GenerateOptions o = sampling_options(10, 1);
+    o.sampling.temperature = 0.0f;
+    const auto seqs = e.generate(prompts, 1, o);
+    const auto want = greedy_continue(t, prompts, 10, kEos, kPad);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<int32_t> got = seqs[i].tokens;
+      if (!got.empty() && got.back() == kEos) got.pop_back();
+      EXPECT_EQ(got, want[i]) << "prompt " << i << " qk_norm " << qk_norm;
+    }
+  }
+}
+
+class GenerationAgreement : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(GenerationAgreement, SampledLogprobsEqualTheTrainersExactly) {
+  Transformer t = make_trainer(test_config(true), GetParam(), 5);
+  GenerationEngine e(t.config(), t.policy(), {});
+  refit_generator_weights(t, e);
+  const auto prompts = make_prompts(5, 2);
+  const auto seqs = e.generate(prompts, 3, sampling_options(12, 7));
+  const auto prev = trainer_logprobs(t, prompts, seqs, 3);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (size_t j = 0; j < seqs[i].tokens.size(); ++j)
+      ASSERT_EQ(seqs[i].logprobs[j], prev[i][j]) << "sequence " << i << " token " << j;
+  EXPECT_EQ(token_mult_prob_error(seqs, prev), 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, GenerationAgreement, ::testing::Values(Precision::kBF16, Precision::kFP8),
+                         [](const auto& info) { return std::string(precision_name(info.param)); });
+
+TEST(Generation, Fp8KvCacheAndAttentionStayCloseToTheTrainer) {
+  // Weights 3x the default init: entropy well below uniform, as a trained model's.
+  Transformer t = make_trainer(test_config(true), Precision::kFP8, 5, 3.0f);
+  const auto prompts = make_prompts(5, 2);
+  // Calibrate as the RL loop does: a trainer forward over prompts + responses of a batch.
+  GenerationEngine bf16_kv(t.config(), t.policy(), {});
+  refit_generator_weights(t, bf16_kv);
+  const auto calib = bf16_kv.generate(prompts, 3, sampling_options(12, 8));
+  trainer_logprobs(t, prompts, calib, 3);
+  EngineOptions eo;
+  eo.kv_dtype = KvDtype::kFP8;
+  GenerationEngine e(t.config(), t.policy(), eo);
+  refit_generator_weights(t, e);
+  e.set_kv_scales(kv_scales_from_amax(t.last_qkv_amax()));
+  const auto seqs = e.generate(prompts, 3, sampling_options(12, 7));
+  const double err = token_mult_prob_error(seqs, trainer_logprobs(t, prompts, seqs, 3));
+  std::printf("FP8 KV cache + FP8 attention: token_mult_prob_error = %.5f\n", err);
+  EXPECT_GT(err, 1.0);
+  EXPECT_LT(err, 1.05);
+}
+
+TEST(Generation, PrefixSharingAndContinuousBatchingDoNotChangeResults) {
+  Transformer t = make_trainer(test_config(false), Precision::kFP8, 9);
+  const auto prompts = make_prompts(4, 3);
+  const GenerateOptions shared = sampling_options(10, 11);
+  GenerateOptions unshared = shared;
+  unshared.share_prefix = false;
+  GenerationEngine wide(t.config(), t.policy(), {});
+  refit_generator_weights(t, wide);
+  const auto a = wide.generate(prompts, 4, shared);
+  const auto b = wide.generate(prompts, 4, unshared);
+  EngineOptions narrow_opts;
+  narrow_opts.max_num_seqs = 3;
+  GenerationEngine narrow(t.config(), t.policy(), narrow_opts);
+  refit_generator_weights(t, narrow);
+  const auto c = narrow.generate(prompts, 4, shared);
+  EXPECT_LE(narrow.last_stats().peak_active, 3);
+  ASSERT_EQ(a.size(), 16u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << i;
+    EXPECT_EQ(a[i].logprobs, b[i].logprobs) << i;
+    EXPECT_EQ(a[i].tokens, c[i].tokens) << i;
+    EXPECT_EQ(a[i].logprobs, c[i].logprobs) << i;
+  }
+  // Each sequence alone gives the same result (its random stream depends only on its index).
+  GenerateOptions one = shared;
+  one.first_sequence_index = 2 * 4 + 1;
+  const auto d = wide.generate({prompts[2]}, 1, one);
+  EXPECT_EQ(d[0].tokens, a[2 * 4 + 1].tokens);
+  EXPECT_EQ(d[0].logprobs, a[2 * 4 + 1].logprobs);
+}
+
+TEST(Generation, Fp8KvCacheHoldsTwiceTheTokens) {
+  const ModelConfig c = test_config(false);
+  const int64_t budget = 1 << 20;
+  EngineOptions bf;
+  bf.kv_cache_bytes = budget;
+  EngineOptions f8 = bf;
+  f8.kv_dtype = KvDtype::kFP8;
+  GenerationEngine a(c, policy_for(Precision::kBF16), bf), b(c, policy_for(Precision::kBF16), f8);
+  EXPECT_EQ(b.kv_cache().capacity_tokens(), 2 * a.kv_cache().capacity_tokens());
+  EXPECT_EQ(a.kv_cache().bytes_per_token(), 2 * c.n_layers * c.kv_dim() * 2);
+  EXPECT_LE(b.kv_cache().storage_bytes(), budget + 64 * c.n_layers);
+}
+
+TEST(Generation, WeightUpdateLeavesNoStaleStateAndScalesAreValidated) {
+  const ModelConfig c = test_config(true);
+  Transformer t1 = make_trainer(c, Precision::kFP8, 1), t2 = make_trainer(c, Precision::kFP8, 2);
+  EngineOptions eo;
+  eo.kv_dtype = KvDtype::kFP8;
+  GenerationEngine updated(c, t1.policy(), eo), fresh(c, t2.policy(), eo);
+  std::vector<QkvScales> scales(2, QkvScales{0.05f, 0.05f, 0.05f});
+  const auto prompts = make_prompts(3, 4);
+  refit_generator_weights(t1, updated);
+  updated.set_kv_scales(scales);
+  updated.generate(prompts, 2, sampling_options(6, 1));
+  refit_generator_weights(t2, updated);
+  // New weights invalidate the scales: generating now is refused.
+  EXPECT_THROW(updated.generate(prompts, 2, sampling_options(6, 1)), Error);
+  updated.set_kv_scales(scales);
+  refit_generator_weights(t2, fresh);
+  fresh.set_kv_scales(scales);
+  const auto a = updated.generate(prompts, 2, sampling_options(6, 1));
+  const auto b = fresh.generate(prompts, 2, sampling_options(6, 1));
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens);
+    EXPECT_EQ(a[i].logprobs, b[i].logprobs);
+  }
+  for (float bad : {0.0f, -1.0f, NAN, INFINITY}) {
+    std::vector<QkvScales> s = scales;
+    s[1].k = bad;
+    EXPECT_THAT([&] { updated.set_kv_scales(s); }, ::testing::Throws<Error>());
+  }
+  EXPECT_THROW(updated.set_kv_scales(std::vector<QkvScales>(1, scales[0])), Error);
+}
+
+}  // namespace
+}  // namespace fp8rl
