@@ -116,6 +116,87 @@ std::map<PeerKey, nlohmann::ordered_json> run_onednn_peers(const BenchOptions& o
   return peers;
 }
 
+// Streams a buffer larger than the last-level cache, so that the next run starts cold.
+void flush_caches(const AlignedBuffer<uint64_t>& buffer) {
+  uint64_t acc[8] = {};
+  for (size_t i = 0; i + 8 <= buffer.size(); i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] ^= buffer[i + static_cast<size_t>(j)];
+  volatile uint64_t sink = acc[0] ^ acc[1] ^ acc[2] ^ acc[3] ^ acc[4] ^ acc[5] ^ acc[6] ^ acc[7];
+  (void)sink;
+}
+
+// Median time of `fn` with caches flushed before every run (one warm-up run first).
+double time_cold(const std::function<void()>& fn, int repeats, const AlignedBuffer<uint64_t>& flush) {
+  fn();
+  std::vector<double> times;
+  for (int i = 0; i < std::max(1, repeats); ++i) {
+    flush_caches(flush);
+    Timer t;
+    fn();
+    times.push_back(t.seconds());
+  }
+  return median(times);
+}
+
+// Decode GEMV on 8192 x 8192 weights (128 MiB in BF16, 64 MiB in FP8), cold, and the refit's
+// packing of the FP8 weights from the FP32 master.
+void run_gemv_cases(const BenchOptions& options, double bandwidth) {
+  const int64_t N = 8192, K = 8192;
+  const std::vector<float> master = random_values(N * K, 21);
+  std::vector<bf16_t> master_bf16(master.size());
+  bf16_encode_f32(master.data(), master_bf16.data(), N * K);
+  PackedGemvWeights wb, w8;
+  pack_gemv_weights_bf16(master_bf16.data(), N, K, K, wb);
+  pack_gemv_weights_fp8(master.data(), N, K, K, ScaleFormat::kFp32, w8);
+  const std::vector<float> xf = random_values(kGemvMaxRows * K, 22);
+  std::vector<bf16_t> xh(xf.size());
+  bf16_encode_f32(xf.data(), xh.data(), kGemvMaxRows * K);
+  AlignedBuffer<uint64_t> flush(size_t{1} << 27);  // 1 GiB, more than this machine's L3
+  for (size_t i = 0; i < flush.size(); ++i) flush[i] = i;
+  std::vector<float> y(static_cast<size_t>(kGemvMaxRows * N));
+
+  std::map<std::pair<int64_t, int>, double> bf16_tokens;  // (M, threads) -> tokens/s
+  for (const char* name : {"gemv_bf16", "gemv_fp8"})
+    for (int64_t M : {int64_t{1}, int64_t{8}})
+      for (int threads : kThreadCounts) {
+        const bool fp8 = std::string(name) == "gemv_fp8";
+        const GemvOptions o{Isa::kAuto, threads, false};
+        const QuantizedTensor xq = quantize(TensorView::contiguous(const_cast<float*>(xf.data()), DType::kF32, Shape{M, K}),
+                                            ScalingMode::kRows1x128, ScaleFormat::kFp32);
+        const PackedGemvWeights& w = fp8 ? w8 : wb;
+        const double seconds = time_cold(
+            [&] {
+              if (fp8) {
+                gemv_fp8(w, xq.rowwise, y.data(), N, o);
+              } else {
+                gemv_bf16(w, M, xh.data(), K, y.data(), N, o);
+              }
+            },
+            options.repeats, flush);
+        const double gbps = static_cast<double>(w.weight_bytes()) / seconds / 1e9, tokens = static_cast<double>(M) / seconds;
+        nlohmann::ordered_json r = {{"suite", "kernels"}, {"case", name}, {"shape", fmt::format("{}x{}x{}", M, N, K)},
+                                    {"M", M}, {"activations", fp8 ? "fp8_1x128" : "bf16"},
+                                    {"isa", isa_name(resolve_isa(Isa::kAuto))}, {"threads", threads},
+                                    {"seconds", seconds}, {"gbps", gbps}, {"tokens_per_s", tokens},
+                                    {"limit", "read_bandwidth"}, {"limit_gbps", bandwidth},
+                                    {"ratio_to_limit", gbps / bandwidth}};
+        if (!fp8) bf16_tokens[{M, threads}] = tokens;
+        if (fp8) r["speedup_vs_gemv_bf16"] = tokens / bf16_tokens[{M, threads}];
+        emit(r, options);
+      }
+
+  for (int threads : kThreadCounts) {
+    const GemvOptions o{Isa::kAuto, threads, false};
+    const double seconds = time_median([&] { pack_gemv_weights_fp8(master.data(), N, K, K, ScaleFormat::kFp32, w8, o); },
+                                       options.repeats);
+    const double gbps = static_cast<double>(N * K * 4) / seconds / 1e9;
+    emit({{"suite", "kernels"}, {"case", "pack_fp8_weights"}, {"shape", fmt::format("{}x{}", N, K)},
+          {"source", "fp32_master"}, {"threads", threads}, {"seconds", seconds}, {"gbps", gbps},
+          {"limit", "read_bandwidth"}, {"limit_gbps", bandwidth}, {"ratio_to_limit", gbps / bandwidth}},
+         options);
+  }
+}
+
 // Adds the peer's figures (default and AVX-512-limited) and our ratios to a GEMM record.
 void add_peer(nlohmann::ordered_json& r, const std::map<PeerKey, nlohmann::ordered_json>& peers, int threads,
               const std::string& shape) {
@@ -203,6 +284,7 @@ void run_kernels_bench(const BenchOptions& options) {
         emit(r, options);
       }
   }
+  run_gemv_cases(options, bandwidth);
 }
 
 }  // namespace fp8rl::bench

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   fp8rl::bench::BenchOptions bench_options;
   std::string suite;
   CLI::App* bench = app.add_subcommand("bench", "Run a benchmark suite and compare it with the machine's limits");
-  bench->add_option("suite", suite, "suite to run")->required()->check(CLI::IsMember({"numerics"}));
+  bench->add_option("suite", suite, "suite to run")->required()->check(CLI::IsMember({"numerics", "kernels"}));
   bench->add_flag("--json", bench_options.json, "one JSON object per line");
   bench->add_option("--repeats", bench_options.repeats, "timed runs per case (median reported)")
       ->check(CLI::Range(1, 1000));
@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
     }
     if (*demo) fp8rl::cli::run_demo(demo_elements);
     if (*bench && suite == "numerics") fp8rl::bench::run_numerics_bench(bench_options);
+    if (*bench && suite == "kernels") fp8rl::bench::run_kernels_bench(bench_options);
   } catch (const fp8rl::Error& e) {
     fmt::print(stderr, "fp8rl: error: {}\n", e.what());
     return 1;
