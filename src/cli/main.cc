@@ -8,6 +8,7 @@
 #include "cli/demo.h"
 #include "core/check.h"
 #include "rl/recipe.h"
+#include "rl/grpo.h"
 #include "rl/sft_job.h"
 
 namespace {
@@ -61,8 +62,10 @@ int main(int argc, char** argv) {
   RecipeCommand sft = add_recipe_command(app, "sft", "Supervised warm start on a task's (prompt, answer) pairs");
   RecipeCommand eval = add_recipe_command(app, "eval", "Greedy validation accuracy of model.checkpoint");
   RecipeCommand config = add_recipe_command(app, "config", "Print the effective configuration of a recipe");
-  bool config_help = false;
-  for (RecipeCommand* c : {&sft, &eval, &config}) add_recipe_arguments(*c);
+  RecipeCommand train = add_recipe_command(app, "train", "GRPO training (the RL loop)");
+  bool config_help = false, resume = false;
+  for (RecipeCommand* c : {&sft, &eval, &config, &train}) add_recipe_arguments(*c);
+  train.app->add_flag("--resume", resume, "continue the run in logger.log_dir from its last checkpoint");
   config.app->add_flag("--help-fields", config_help, "print each field's type, default and help too");
 
   CLI11_PARSE(app, argc, argv);
@@ -70,6 +73,7 @@ int main(int argc, char** argv) {
     fp8rl::ConfigSchema schema;
     fp8rl::RunConfig run;
     if (*sft.app) fp8rl::run_sft_job(run, load_recipe(sft, schema, run));
+    if (*train.app) fp8rl::run_grpo_job(run, load_recipe(train, schema, run), resume);
     if (*eval.app) {
       load_recipe(eval, schema, run);
       fmt::print("validation accuracy: {:.4f}\n", fp8rl::run_eval_job(run));

@@ -42,18 +42,57 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "sequences per forward/backward (gradients accumulate over micro-batches)").at_least(1);
 
   s.add("task.name", &c.task_name, "arithmetic", "task").choices({"arithmetic"});
-  s.add("task.arithmetic.min_operand_digits", &c.arithmetic.min_operand_digits, 1, "fewest digits of an operand")
-      .range(1, 9);
-  s.add("task.arithmetic.max_operand_digits", &c.arithmetic.max_operand_digits, 2, "most digits of an operand")
-      .range(1, 9);
-  s.add("task.arithmetic.operators", &c.arithmetic.operators, "+-", "operators drawn from (a subset of '+-*')");
-  s.add("task.arithmetic.seed", &c.arithmetic.seed, 1, "seed of the train and validation splits");
-  s.add("task.arithmetic.train_size", &c.arithmetic.train_size, 20000, "training examples").at_least(1);
-  s.add("task.arithmetic.val_size", &c.arithmetic.val_size, 500, "validation examples").at_least(1);
+  bind_arithmetic_task_config(s, "task.arithmetic", c.arithmetic);
 
   s.add("sft.max_num_steps", &c.sft_max_num_steps, 300, "SFT optimizer steps").at_least(1);
   s.add("sft.val_period", &c.sft_val_period, 0, "evaluate every this many SFT steps (0: at the end only)").at_least(0);
   s.add("sft.seed", &c.sft_seed, 1, "seed of the SFT example order").at_least(0);
+
+  s.add("grpo.num_prompts_per_step", &c.num_prompts_per_step, 16, "prompts drawn per step").at_least(1);
+  s.add("grpo.num_generations_per_prompt", &c.num_generations_per_prompt, 8, "responses per prompt (G)").at_least(1);
+  s.add("grpo.max_num_steps", &c.grpo_max_num_steps, 20, "GRPO steps").at_least(1);
+  s.add("grpo.val_period", &c.grpo_val_period, 10, "validate every this many steps (0: start and end only)").at_least(0);
+  s.add("grpo.seed", &c.grpo_seed, 1, "seed of prompt draws and sampling").at_least(0);
+  s.add("grpo.normalize_rewards", &c.advantages.normalize_rewards, true, "divide advantages by the group std + 1e-6");
+  s.add("grpo.use_leave_one_out_baseline", &c.advantages.use_leave_one_out_baseline, true,
+        "baseline excludes the response itself");
+  s.add("loss_fn.ratio_clip_min", &c.loss.ratio_clip_min, 0.2, "eps_low of the PPO clip").range(0, 1);
+  s.add("loss_fn.ratio_clip_max", &c.loss.ratio_clip_max, 0.2, "eps_high of the PPO clip").at_least(0);
+  s.add("loss_fn.use_importance_sampling_correction", &c.loss.use_importance_sampling_correction, true,
+        "weight the policy term by exp(prev - gen)");
+  s.add("loss_fn.truncated_importance_sampling_ratio", &c.loss.truncated_importance_sampling_ratio, std::nullopt,
+        "C: upper bound of the importance weight (null: no truncation)")
+      .greater_than(0);
+  s.add("loss_fn.truncated_importance_sampling_ratio_min", &c.loss.truncated_importance_sampling_ratio_min, 0.0,
+        "lower bound of the importance weight").at_least(0);
+  s.add_enum("loss_fn.truncated_importance_sampling_type", &c.loss.truncated_importance_sampling_type,
+             TruncatedIsType::kTis, truncated_is_type_names(), "tis: clamp; icepop: zero tokens; seq-mask-tis: zero sequences");
+  s.add("loss_fn.sequence_level_importance_ratios", &c.loss.sequence_level_importance_ratios, false,
+        "GSPO-style sequence-level ratios");
+  s.add("loss_fn.reference_policy_kl_penalty", &c.loss.reference_policy_kl_penalty, 0.01, "beta of the KL term")
+      .at_least(0);
+  s.add_enum("loss_fn.reference_policy_kl_type", &c.loss.reference_policy_kl_type, KlType::kK3, kl_type_names(),
+             "KL estimator");
+  s.add("loss_fn.token_level_loss", &c.loss.token_level_loss, true,
+        "mean over the global batch's tokens (false: mean of per-sequence means)");
+  s.add("loss_fn.allow_fp8_generation_without_is", &c.allow_fp8_generation_without_is, false,
+        "permit FP8 generation without importance-sampling correction");
+  s.add("checkpointing.save_period", &c.save_period, 0, "save a checkpoint every this many steps (0: at the end)")
+      .at_least(0);
+
+  s.add("generation.precision", &c.generation_precision, "bf16", "generator linear layers").choices({"bf16", "fp8"});
+  s.add("generation.fp8.num_first_layers_in_bf16", &c.generation_num_first_layers_in_bf16, std::nullopt,
+        "generator override of policy.fp8.num_first_layers_in_bf16 (null: same as the trainer)");
+  s.add("generation.fp8.num_last_layers_in_bf16", &c.generation_num_last_layers_in_bf16, std::nullopt,
+        "generator override of policy.fp8.num_last_layers_in_bf16 (null: same as the trainer)");
+  s.add("generation.kv_cache_dtype", &c.kv_cache_dtype, "bf16", "KV cache storage").choices({"bf16", "fp8"});
+  s.add("generation.fp8_attention", &c.fp8_attention, true, "with an FP8 KV cache, quantize Q too (FP8 attention)");
+  s.add("generation.temperature", &c.temperature, 1.0, "sampling temperature").at_least(0);
+  s.add("generation.top_p", &c.top_p, 1.0, "nucleus sampling mass").range(1e-6, 1);
+  s.add("generation.top_k", &c.top_k, 0, "top-k sampling (0: off)").at_least(0);
+  s.add("generation.kv_cache_bytes", &c.kv_cache_bytes, 64 << 20, "KV cache budget in bytes").at_least(1024);
+  s.add("generation.max_num_seqs", &c.max_num_seqs, 256, "sequences decoded together").at_least(1);
+  s.add("generation.share_prefix", &c.share_prefix, true, "the samples of a prompt share its prefill");
 
   s.add("eval.max_examples", &c.val_max_examples, 200, "validation examples scored per evaluation").at_least(1);
   s.add("generation.max_new_tokens", &c.max_new_tokens, 8, "longest response in tokens").range(1, 4096);
@@ -70,6 +109,36 @@ PrecisionPolicy RunConfig::trainer_policy() const {
   p.fp32_lm_head = fp32_lm_head || precision == "fp32";
   p.validate();
   return p;
+}
+
+PrecisionPolicy RunConfig::generator_policy() const {
+  PrecisionPolicy p = trainer_policy();
+  p.activations = Precision::kBF16;
+  p.linear = parse_precision(generation_precision);
+  if (generation_num_first_layers_in_bf16) p.num_first_layers_in_bf16 = *generation_num_first_layers_in_bf16;
+  if (generation_num_last_layers_in_bf16) p.num_last_layers_in_bf16 = *generation_num_last_layers_in_bf16;
+  p.fp32_lm_head = fp32_lm_head;  // identical on both sides: the largest mismatch source otherwise
+  p.validate();
+  return p;
+}
+
+EngineOptions RunConfig::engine_options() const {
+  EngineOptions e;
+  e.kv_dtype = parse_kv_dtype(kv_cache_dtype.c_str());
+  e.fp8_attention = fp8_attention;
+  e.kv_cache_bytes = kv_cache_bytes;
+  e.max_num_seqs = max_num_seqs;
+  return e;
+}
+
+void RunConfig::validate_grpo() const {
+  FP8RL_CHECK(precision != "fp32", "GRPO runs bf16 or fp8 trainers (policy.precision: fp32 is for reference checks)");
+  const bool fp8_generation = generation_precision == "fp8" || kv_cache_dtype == "fp8";
+  FP8RL_CHECK(!fp8_generation || loss.use_importance_sampling_correction || allow_fp8_generation_without_is,
+              "FP8 generation (generation.precision: {}, generation.kv_cache_dtype: {}) needs "
+              "loss_fn.use_importance_sampling_correction: true (or loss_fn.allow_fp8_generation_without_is: true)",
+              generation_precision, kv_cache_dtype);
+  validate_grpo_loss_config(loss);
 }
 
 ModelConfig RunConfig::model_config() const {

@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "generation/engine.h"
 #include "io/config.h"
 #include "model/config.h"
 #include "model/optimizer.h"
 #include "model/precision.h"
+#include "rl/advantages.h"
+#include "rl/grpo_loss.h"
 #include "tasks/arithmetic.h"
 #include "tasks/task.h"
 
@@ -58,8 +61,37 @@ struct RunConfig {
   int64_t val_max_examples = 0;  // eval.max_examples: validation examples scored
   int64_t max_new_tokens = 0;    // generation.max_new_tokens
 
+  // GRPO (grpo.*).
+  int64_t num_prompts_per_step = 0;
+  int64_t num_generations_per_prompt = 0;
+  int64_t grpo_max_num_steps = 0;
+  int64_t grpo_val_period = 0;
+  int64_t grpo_seed = 0;
+  AdvantageConfig advantages;
+  GrpoLossConfig loss;                     // loss_fn.*
+  bool allow_fp8_generation_without_is = false;  // loss_fn.allow_fp8_generation_without_is
+  int64_t save_period = 0;                 // checkpointing.save_period (0: at the end only)
+
+  // Generator (generation.*).
+  std::string generation_precision;  // generation.precision: bf16 | fp8 (generator linears)
+  std::optional<int64_t> generation_num_first_layers_in_bf16;  // per-engine overrides of policy.fp8.*
+  std::optional<int64_t> generation_num_last_layers_in_bf16;
+  std::string kv_cache_dtype;        // generation.kv_cache_dtype: bf16 | fp8
+  bool fp8_attention = true;         // generation.fp8_attention (with an FP8 KV cache)
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t top_k = 0;
+  int64_t kv_cache_bytes = 0;
+  int64_t max_num_seqs = 0;
+  bool share_prefix = true;
+
   // The trainer's precision policy these fields describe.
   PrecisionPolicy trainer_policy() const;
+  // The generator's precision policy: the trainer's options with generation.* overrides.
+  PrecisionPolicy generator_policy() const;
+  EngineOptions engine_options() const;
+  // Throws for combinations the recipe forbids (FP8 generation without importance sampling).
+  void validate_grpo() const;
   // The model architecture (preset, vocabulary of the task's tokenizer, max_seq_len).
   ModelConfig model_config() const;
 };

@@ -66,6 +66,8 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
              model.num_params(), config.precision, result.val_accuracy_before,
              std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(task->validation().size())));
 
+  LrSchedule schedule = config.schedule;
+  if (schedule.total_steps == 0) schedule.total_steps = config.sft_max_num_steps;
   RandomStream order(static_cast<uint64_t>(config.sft_seed), /*stream=*/0);
   const int64_t global = config.train_global_batch_size, micro = std::min(config.train_micro_batch_size, global);
   Timer total;
@@ -79,7 +81,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
         picks.push_back(&train[order.next_below(static_cast<uint32_t>(train.size()))]);
       micro_batches.push_back(make_sft_batch(picks, tok.bos(), tok.eos(), tok.pad()));
     }
-    const double lr = config.schedule.lr_at(config.adam.lr, step);
+    const double lr = schedule.lr_at(config.adam.lr, step);
     const SftStepResult r = sft_step(model, optimizer, micro_batches, lr);
     skipped += r.skipped;
     const double seconds = t.seconds();
@@ -96,6 +98,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
       fmt::print("sft step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad {:.3f}  {:.0f} tok/s{}\n", step + 1,
                  config.sft_max_num_steps, r.loss, lr, r.grad_norm, r.tokens / seconds,
                  line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");
+      std::fflush(stdout);
     }
   }
   result.val_accuracy_after = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);

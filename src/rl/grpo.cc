@@ -1,0 +1,392 @@
+#include "rl/grpo.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "io/atomic_file.h"
+#include "model/checkpoint.h"
+#include "rl/advantages.h"
+#include "rl/evaluate.h"
+#include "rl/grpo_loss.h"
+#include "rl/refit.h"
+#include "tasks/char_tokenizer.h"
+
+namespace fp8rl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Random streams of grpo.seed (the generator's sampling uses the sequence index as its stream).
+constexpr uint64_t kPromptStream = 1ull << 40;
+
+// One rollout: prompt p's sample g, with everything the trainer needs.
+struct Rollout {
+  const Example* example = nullptr;
+  std::vector<int32_t> prompt;    // bos + prompt tokens
+  std::vector<int32_t> response;  // generated tokens (eos included when generated)
+  std::vector<float> gen, prev, ref;  // [response tokens]
+  float reward = 0, advantage = 0;
+};
+
+// Right-padded trainer batch of rollouts [begin, end): targets are the response tokens.
+TokenBatch rollout_batch(const std::vector<Rollout>& r, size_t begin, size_t end, int32_t pad) {
+  int64_t T = 1;
+  for (size_t i = begin; i < end; ++i) T = std::max<int64_t>(T, static_cast<int64_t>(r[i].prompt.size() + r[i].response.size()));
+  TokenBatch b = TokenBatch::empty(static_cast<int64_t>(end - begin), T, pad);
+  for (size_t i = begin; i < end; ++i) {
+    const size_t row0 = (i - begin) * static_cast<size_t>(T);
+    std::copy(r[i].prompt.begin(), r[i].prompt.end(), b.tokens.begin() + static_cast<std::ptrdiff_t>(row0));
+    std::copy(r[i].response.begin(), r[i].response.end(),
+              b.tokens.begin() + static_cast<std::ptrdiff_t>(row0 + r[i].prompt.size()));
+    // Row prompt.size()-1+j predicts response[j]. The last response token is input to no row
+    // that matters; the batch's length counts it so its K/V exist for calibration.
+    for (size_t j = 0; j < r[i].response.size(); ++j) b.targets[row0 + r[i].prompt.size() - 1 + j] = r[i].response[j];
+    b.lengths[i - begin] = static_cast<int32_t>(r[i].prompt.size() + r[i].response.size());
+  }
+  return b;
+}
+
+// Log-probs of the response tokens of rollouts [begin, end) under `model`, appended to `out`
+// per rollout (out[i] for rollout i).
+void response_logprobs(Transformer& model, std::vector<Rollout>& r, size_t begin, size_t end, int32_t pad,
+                       std::vector<float> Rollout::*field) {
+  const TokenBatch b = rollout_batch(r, begin, end, pad);
+  std::vector<float> lp(static_cast<size_t>(b.B * b.T));
+  model.forward(b, lp.data());
+  for (size_t i = begin; i < end; ++i) {
+    const size_t start = (i - begin) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
+    (r[i].*field).assign(lp.begin() + static_cast<std::ptrdiff_t>(start),
+                         lp.begin() + static_cast<std::ptrdiff_t>(start + r[i].response.size()));
+  }
+}
+
+std::vector<Transformer::QkvAmax> max_amax(const std::vector<Transformer::QkvAmax>& a,
+                                           const std::vector<Transformer::QkvAmax>& b) {
+  if (a.empty()) return b;
+  std::vector<Transformer::QkvAmax> m = a;
+  for (size_t l = 0; l < m.size(); ++l) {
+    m[l].q = std::max(m[l].q, b[l].q);
+    m[l].k = std::max(m[l].k, b[l].k);
+    m[l].v = std::max(m[l].v, b[l].v);
+  }
+  return m;
+}
+
+nlohmann::json scales_to_json(const std::vector<QkvScales>& s) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const QkvScales& x : s) j.push_back({x.q, x.k, x.v});
+  return j;
+}
+std::vector<QkvScales> scales_from_json(const nlohmann::json& j) {
+  std::vector<QkvScales> s;
+  for (const auto& x : j) s.push_back({x[0].get<float>(), x[1].get<float>(), x[2].get<float>()});
+  return s;
+}
+
+Transformer load_policy(const RunConfig& config, const fs::path* checkpoint) {
+  if (checkpoint != nullptr) {
+    Transformer m(load_model_config(*checkpoint), config.trainer_policy());
+    load_model_weights(*checkpoint, m);
+    return m;
+  }
+  Transformer m(config.model_config(), config.trainer_policy());
+  m.init_random(static_cast<uint64_t>(config.model_seed));
+  return m;
+}
+
+// Keeps the first `steps` lines of a metrics file (a resumed run rewrites what follows).
+void truncate_metrics(const fs::path& path, int64_t steps) {
+  std::ifstream in(path);
+  std::string line, kept;
+  for (int64_t i = 0; i < steps && std::getline(in, line); ++i) kept += line + "\n";
+  in.close();
+  write_file_atomic(path, kept);
+}
+
+}  // namespace
+
+GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective_yaml, bool resume) {
+  // ---- validate every input before touching the run directory --------------------------------
+  config.validate_grpo();
+  const int64_t P = config.num_prompts_per_step, G = config.num_generations_per_prompt, rollouts = P * G;
+  const int64_t global = config.train_global_batch_size, micro = std::min(config.train_micro_batch_size, global);
+  FP8RL_CHECK(rollouts % global == 0,
+              "policy.train_global_batch_size ({}) must divide grpo.num_prompts_per_step * num_generations_per_prompt ({})",
+              global, rollouts);
+  const CharTokenizer tok;
+  const std::unique_ptr<Task> task = make_task(config);
+  const fs::path run_dir = config.log_dir, ckpt_dir = run_dir / "checkpoint";
+  if (resume) {
+    FP8RL_CHECK(fs::exists(ckpt_dir / "trainer_state.json"),
+                "--resume: no checkpoint in '{}' (expected {}/trainer_state.json)", run_dir.string(), ckpt_dir.string());
+  } else {
+    FP8RL_CHECK(!fs::exists(run_dir / "metrics.jsonl"),
+                "run directory '{}' already holds a run: pass --resume to continue it, or choose another logger.log_dir",
+                run_dir.string());
+  }
+  std::optional<fs::path> init_ckpt;
+  if (config.model_checkpoint) init_ckpt = fs::path(*config.model_checkpoint);
+  Transformer policy = load_policy(config, init_ckpt ? &*init_ckpt : nullptr);
+  for (const Example& e : task->train())
+    FP8RL_CHECK(static_cast<int64_t>(1 + tok.encode(e.prompt).size()) + config.max_new_tokens <= policy.config().max_seq_len,
+                "prompt '{}' + generation.max_new_tokens {} exceed the model's max_seq_len {}", e.prompt,
+                config.max_new_tokens, policy.config().max_seq_len);
+  const bool use_reference = config.loss.reference_policy_kl_penalty > 0;
+  std::optional<Transformer> reference;
+  if (use_reference) reference.emplace(load_policy(config, init_ckpt ? &*init_ckpt : nullptr));
+  AdamW optimizer(policy.layout(), config.adam);
+  LrSchedule schedule = config.schedule;
+  if (schedule.total_steps == 0) schedule.total_steps = config.grpo_max_num_steps * (rollouts / global);
+  GenerationEngine generator(policy.config(), config.generator_policy(), config.engine_options());
+  const bool fp8_kv = generator.kv_cache().dtype() == KvDtype::kFP8;
+
+  int64_t start_step = 0;
+  std::vector<QkvScales> kv_scales;
+  if (resume) {
+    load_model_weights(ckpt_dir, policy);
+    load_optimizer_state(ckpt_dir, optimizer);
+    const nlohmann::json state = load_trainer_state(ckpt_dir);
+    start_step = state.at("step").get<int64_t>();
+    if (fp8_kv) kv_scales = scales_from_json(state.at("kv_scales"));
+  }
+
+  // ---- run directory ---------------------------------------------------------------------------
+  fs::create_directories(run_dir);
+  write_file_atomic(run_dir / "config.yaml", effective_yaml);
+  if (resume) truncate_metrics(run_dir / "metrics.jsonl", start_step);
+  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+
+  GenerateOptions gen_opts;
+  gen_opts.max_new_tokens = config.max_new_tokens;
+  gen_opts.sampling = {static_cast<float>(config.temperature), config.top_k, static_cast<float>(config.top_p),
+                       static_cast<uint64_t>(config.grpo_seed)};
+  gen_opts.eos = tok.eos();
+  gen_opts.share_prefix = config.share_prefix;
+  GenerateOptions val_opts = gen_opts;
+  val_opts.sampling.temperature = 0.0f;
+  auto validate = [&] {
+    const auto& val = task->validation();
+    const int64_t n = std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(val.size()));
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<int32_t> p = {tok.bos()};
+      const auto ids = tok.encode(val[static_cast<size_t>(i)].prompt);
+      p.insert(p.end(), ids.begin(), ids.end());
+      prompts.push_back(std::move(p));
+    }
+    const auto out = generator.generate(prompts, 1, val_opts);
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += task->reward(val[static_cast<size_t>(i)], tok.decode_response(out[static_cast<size_t>(i)].tokens));
+    return total / static_cast<double>(n);
+  };
+  auto draw_prompts = [&](int64_t step) {
+    std::vector<const Example*> picks;
+    const auto& train = task->train();
+    for (int64_t i = 0; i < P; ++i)
+      picks.push_back(&train[random_u32(static_cast<uint64_t>(config.grpo_seed), kPromptStream,
+                                        static_cast<uint64_t>(step * P + i)) % train.size()]);
+    return picks;
+  };
+
+  refit_generator_weights(policy, generator);
+  if (fp8_kv) {
+    if (kv_scales.empty()) {
+      // Before the first step: calibrate on the first step's prompts.
+      std::vector<Rollout> calib;
+      for (const Example* e : draw_prompts(start_step)) {
+        Rollout r;
+        r.prompt = {tok.bos()};
+        const auto ids = tok.encode(e->prompt);
+        r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
+        calib.push_back(std::move(r));
+      }
+      const TokenBatch b = rollout_batch(calib, 0, calib.size(), tok.pad());
+      std::vector<float> unused(static_cast<size_t>(b.B * b.T));
+      policy.forward(b, unused.data());
+      kv_scales = kv_scales_from_amax(policy.last_qkv_amax());
+    }
+    generator.set_kv_scales(kv_scales);
+  }
+
+  GrpoJobResult result;
+  result.val_accuracy_before = validate();
+  fmt::print("grpo: {} parameters; trainer {} / generator {} linears, KV cache {} ({} tokens in {} MiB); "
+             "{} prompts x {} samples per step; validation accuracy at start {:.3f}\n",
+             policy.num_params(), config.precision, config.generation_precision, config.kv_cache_dtype,
+             generator.kv_cache().capacity_tokens(), generator.kv_cache().storage_bytes() >> 20, P, G,
+             result.val_accuracy_before);
+  std::fflush(stdout);
+
+  double sum_mult_err = 0, sum_time[6] = {};
+  int64_t skipped_total = 0;
+  for (int64_t step = start_step; step < config.grpo_max_num_steps; ++step) {
+    Timer step_timer, t;
+    // 1. generation
+    const std::vector<const Example*> picks = draw_prompts(step);
+    std::vector<std::vector<int32_t>> prompts;
+    for (const Example* e : picks) {
+      std::vector<int32_t> p = {tok.bos()};
+      const auto ids = tok.encode(e->prompt);
+      p.insert(p.end(), ids.begin(), ids.end());
+      prompts.push_back(std::move(p));
+    }
+    gen_opts.first_sequence_index = static_cast<uint64_t>(step * rollouts);
+    const std::vector<GeneratedSequence> seqs = generator.generate(prompts, G, gen_opts);
+    const double t_generation = t.seconds();
+    // 2. rewards and 3. advantages
+    std::vector<Rollout> r(static_cast<size_t>(rollouts));
+    std::vector<float> rewards(r.size());
+    int64_t gen_tokens = 0, max_len = 0;
+    for (size_t i = 0; i < r.size(); ++i) {
+      r[i].example = picks[i / static_cast<size_t>(G)];
+      r[i].prompt = prompts[i / static_cast<size_t>(G)];
+      r[i].response = seqs[i].tokens;
+      r[i].gen = seqs[i].logprobs;
+      r[i].reward = static_cast<float>(task->reward(*r[i].example, tok.decode_response(r[i].response)));
+      rewards[i] = r[i].reward;
+      gen_tokens += static_cast<int64_t>(r[i].response.size());
+      max_len = std::max<int64_t>(max_len, static_cast<int64_t>(r[i].response.size()));
+    }
+    const std::vector<float> adv = compute_advantages(rewards, G, config.advantages);
+    for (size_t i = 0; i < r.size(); ++i) r[i].advantage = adv[i];
+    // 4. prev and reference log-probs
+    t.reset();
+    for (size_t m0 = 0; m0 < r.size(); m0 += static_cast<size_t>(micro)) {
+      const size_t m1 = std::min(r.size(), m0 + static_cast<size_t>(micro));
+      response_logprobs(policy, r, m0, m1, tok.pad(), &Rollout::prev);
+      if (use_reference) response_logprobs(*reference, r, m0, m1, tok.pad(), &Rollout::ref);
+    }
+    const double t_logprobs = t.seconds();
+    // 5. optimizer steps
+    t.reset();
+    GrpoMetricSums sums;
+    double grad_norm = 0, lr = 0;
+    int64_t skipped = 0;
+    for (size_t g0 = 0; g0 < r.size(); g0 += static_cast<size_t>(global)) {
+      const size_t g1 = g0 + static_cast<size_t>(global);
+      int64_t global_tokens = 0;
+      for (size_t i = g0; i < g1; ++i) global_tokens += static_cast<int64_t>(r[i].response.size());
+      policy.zero_grads();
+      for (size_t m0 = g0; m0 < g1; m0 += static_cast<size_t>(micro)) {
+        const size_t m1 = std::min(g1, m0 + static_cast<size_t>(micro));
+        const TokenBatch b = rollout_batch(r, m0, m1, tok.pad());
+        std::vector<float> lp(static_cast<size_t>(b.B * b.T));
+        policy.forward(b, lp.data());
+        std::vector<float> curr, prev, gen, ref, advs;
+        std::vector<int64_t> offsets = {0};
+        for (size_t i = m0; i < m1; ++i) {
+          const size_t start = (i - m0) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
+          curr.insert(curr.end(), lp.begin() + static_cast<std::ptrdiff_t>(start),
+                      lp.begin() + static_cast<std::ptrdiff_t>(start + r[i].response.size()));
+          prev.insert(prev.end(), r[i].prev.begin(), r[i].prev.end());
+          gen.insert(gen.end(), r[i].gen.begin(), r[i].gen.end());
+          if (use_reference) ref.insert(ref.end(), r[i].ref.begin(), r[i].ref.end());
+          advs.push_back(r[i].advantage);
+          offsets.push_back(static_cast<int64_t>(curr.size()));
+        }
+        GrpoLossBatch lb{curr, prev, gen, ref, advs, offsets, global_tokens, global};
+        std::vector<float> grad(curr.size());
+        const GrpoLossResult res = grpo_loss(config.loss, lb, grad);
+        sums.merge(res.sums);
+        std::vector<float> dlp(lp.size(), 0.0f);
+        for (size_t i = m0, k = 0; i < m1; ++i) {
+          const size_t start = (i - m0) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
+          for (size_t j = 0; j < r[i].response.size(); ++j) dlp[start + j] = grad[k++];
+        }
+        policy.backward(dlp.data());
+      }
+      lr = schedule.lr_at(config.adam.lr, optimizer.steps_taken() + skipped_total + skipped);
+      grad_norm = optimizer.step(policy.params(), policy.grads(), lr);
+      if (!std::isfinite(grad_norm)) {
+        ++skipped;
+        fmt::print(stderr, "grpo: warning: step {}: non-finite loss or gradient, optimizer step skipped\n", step + 1);
+      } else {
+        policy.refresh_weights();
+      }
+    }
+    skipped_total += skipped;
+    const double t_training = t.seconds();
+    // 6. refit, and KV-scale recalibration on the batch just trained on
+    t.reset();
+    refit_generator_weights(policy, generator);
+    const double t_refit = t.seconds();
+    t.reset();
+    if (fp8_kv) {
+      std::vector<Transformer::QkvAmax> amax;
+      for (size_t m0 = 0; m0 < r.size(); m0 += static_cast<size_t>(micro)) {
+        const TokenBatch b = rollout_batch(r, m0, std::min(r.size(), m0 + static_cast<size_t>(micro)), tok.pad());
+        std::vector<float> unused(static_cast<size_t>(b.B * b.T));
+        policy.forward(b, unused.data());
+        amax = max_amax(amax, policy.last_qkv_amax());
+      }
+      kv_scales = kv_scales_from_amax(amax);
+      generator.set_kv_scales(kv_scales);
+    }
+    const double t_kv = t.seconds();
+    // 7. metrics
+    const GrpoMetrics gm = sums.finalize();
+    double reward_sum = 0, correct = 0;
+    for (const Rollout& x : r) {
+      reward_sum += x.reward;
+      correct += x.reward >= 1.0f;
+    }
+    nlohmann::ordered_json line;
+    line["step"] = step + 1;
+    line["reward_mean"] = reward_sum / static_cast<double>(rollouts);
+    line["accuracy"] = correct / static_cast<double>(rollouts);
+    line["response_length_mean"] = static_cast<double>(gen_tokens) / static_cast<double>(rollouts);
+    line["response_length_max"] = max_len;
+    for (const auto& [name, value] : named_metrics(gm)) line[name] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+    line["grad_norm"] = std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json(nullptr);
+    line["lr"] = lr;
+    line["skipped_optimizer_steps"] = skipped;
+    if (fp8_kv) line["kv_scales"] = scales_to_json(kv_scales);
+    const bool last = step + 1 == config.grpo_max_num_steps;
+    if ((config.grpo_val_period > 0 && (step + 1) % config.grpo_val_period == 0) || last) {
+      line["val_accuracy"] = validate();
+      if (last) result.val_accuracy_after = line["val_accuracy"].get<double>();
+    }
+    const double total = step_timer.seconds();
+    line["timing"] = {{"generation", t_generation}, {"logprobs", t_logprobs}, {"training", t_training},
+                      {"refit", t_refit},           {"kv_calibration", t_kv}, {"total", total}};
+    line["tokens_per_s"] = {{"generation", static_cast<double>(gen_tokens) / t_generation},
+                            {"training", static_cast<double>(gen_tokens) / t_training}};
+    metrics << line.dump() << "\n" << std::flush;
+    sum_mult_err += gm.token_mult_prob_error;
+    const double times[6] = {t_generation, t_logprobs, t_training, t_refit, t_kv, total};
+    for (int i = 0; i < 6; ++i) sum_time[i] += times[i];
+    fmt::print("step {:>4}/{}  reward {:.3f}  acc {:.3f}  len {:.1f}  loss {:+.4f}  mult_prob_err {:.4f}  "
+               "gen {:.2f}s lp {:.2f}s train {:.2f}s refit {:.3f}s kv {:.3f}s{}\n",
+               step + 1, config.grpo_max_num_steps, line["reward_mean"].get<double>(), line["accuracy"].get<double>(),
+               line["response_length_mean"].get<double>(), gm.loss, gm.token_mult_prob_error, t_generation, t_logprobs,
+               t_training, t_refit, t_kv,
+               line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");
+    std::fflush(stdout);
+    // 8. checkpoint
+    if ((config.save_period > 0 && (step + 1) % config.save_period == 0) || last) {
+      nlohmann::json state = {{"step", step + 1}};
+      if (fp8_kv) state["kv_scales"] = scales_to_json(kv_scales);
+      save_checkpoint(ckpt_dir, policy, &optimizer, state);
+    }
+    ++result.steps;
+  }
+  if (result.steps > 0) {
+    const double n = static_cast<double>(result.steps);
+    fmt::print("grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}; mean step "
+               "{:.2f}s = generation {:.2f} + logprobs {:.2f} + training {:.2f} + refit {:.3f} + kv_calibration {:.3f}; "
+               "{} skipped optimizer steps\n",
+               result.val_accuracy_before, result.val_accuracy_after, sum_mult_err / n, sum_time[5] / n, sum_time[0] / n,
+               sum_time[1] / n, sum_time[2] / n, sum_time[3] / n, sum_time[4] / n, skipped_total);
+  }
+  return result;
+}
+
+}  // namespace fp8rl
