@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
   bool config_help = false, resume = false;
   for (RecipeCommand* c : {&sft, &eval, &config, &train}) add_recipe_arguments(*c);
   train.app->add_flag("--resume", resume, "continue the run in logger.log_dir from its last checkpoint");
+  int64_t stop_after = 0;
+  train.app->add_option("--stop-after", stop_after, "end this invocation after N steps (with a checkpoint)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   config.app->add_flag("--help-fields", config_help, "print each field's type, default and help too");
 
   CLI11_PARSE(app, argc, argv);
@@ -73,7 +76,7 @@ int main(int argc, char** argv) {
     fp8rl::ConfigSchema schema;
     fp8rl::RunConfig run;
     if (*sft.app) fp8rl::run_sft_job(run, load_recipe(sft, schema, run));
-    if (*train.app) fp8rl::run_grpo_job(run, load_recipe(train, schema, run), resume);
+    if (*train.app) fp8rl::run_grpo_job(run, load_recipe(train, schema, run), resume, stop_after);
     if (*eval.app) {
       load_recipe(eval, schema, run);
       fmt::print("validation accuracy: {:.4f}\n", fp8rl::run_eval_job(run));

@@ -113,7 +113,8 @@ void truncate_metrics(const fs::path& path, int64_t steps) {
 
 }  // namespace
 
-GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective_yaml, bool resume) {
+GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective_yaml, bool resume,
+                           int64_t stop_after) {
   // ---- validate every input before touching the run directory --------------------------------
   config.validate_grpo();
   const int64_t P = config.num_prompts_per_step, G = config.num_generations_per_prompt, rollouts = P * G;
@@ -371,12 +372,17 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
                line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");
     std::fflush(stdout);
     // 8. checkpoint
-    if ((config.save_period > 0 && (step + 1) % config.save_period == 0) || last) {
+    const bool stopping = stop_after > 0 && result.steps + 1 == stop_after && !last;
+    if ((config.save_period > 0 && (step + 1) % config.save_period == 0) || last || stopping) {
       nlohmann::json state = {{"step", step + 1}};
       if (fp8_kv) state["kv_scales"] = scales_to_json(kv_scales);
       save_checkpoint(ckpt_dir, policy, &optimizer, state);
     }
     ++result.steps;
+    if (stopping) {
+      fmt::print("grpo: stopping after {} steps as asked (--stop-after); continue with --resume\n", result.steps);
+      break;
+    }
   }
   if (result.steps > 0) {
     const double n = static_cast<double>(result.steps);

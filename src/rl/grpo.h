@@ -24,6 +24,9 @@ struct GrpoJobResult {
 // Runs (or, with `resume`, continues from logger.log_dir/checkpoint) the GRPO job. Every input is
 // validated before the run directory is created; an existing run directory is only reused with
 // `resume`. `effective_yaml` is stored as config.yaml.
-GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective_yaml, bool resume);
+// `stop_after` > 0 ends this invocation after that many steps (with a checkpoint), as an
+// interruption would; --resume then continues to grpo.max_num_steps.
+GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective_yaml, bool resume,
+                           int64_t stop_after = 0);
 
 }  // namespace fp8rl
