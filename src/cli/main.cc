@@ -8,6 +8,7 @@
 #include "cli/demo.h"
 #include "core/check.h"
 #include "rl/recipe.h"
+#include "rl/generate_job.h"
 #include "rl/grpo.h"
 #include "rl/sft_job.h"
 
@@ -71,10 +72,24 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   config.app->add_flag("--help-fields", config_help, "print each field's type, default and help too");
 
+  fp8rl::GenerateJobOptions gen;
+  CLI::App* generate = app.add_subcommand("generate", "Sample from a checkpoint and print the log-probs");
+  generate->add_option("--checkpoint", gen.checkpoint, "checkpoint directory")->required();
+  generate->add_option("--prompt", gen.prompt, "prompt text, e.g. \"123+456=\"")->required();
+  generate->add_option("-n,--num-samples", gen.num_samples, "samples")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "longest response")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  generate->add_option("--temperature", gen.temperature, "sampling temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
+  generate->add_option("--top-p", gen.top_p, "nucleus mass")->check(CLI::Range(1e-6, 1.0));
+  generate->add_option("--top-k", gen.top_k, "top-k (0: off)")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  generate->add_option("--seed", gen.seed, "sampling seed");
+  generate->add_option("--precision", gen.precision, "generator linears")->check(CLI::IsMember({"bf16", "fp8"}));
+  generate->add_option("--kv-cache-dtype", gen.kv_cache_dtype, "KV cache")->check(CLI::IsMember({"bf16", "fp8"}));
+
   CLI11_PARSE(app, argc, argv);
   try {
     fp8rl::ConfigSchema schema;
     fp8rl::RunConfig run;
+    if (*generate) fp8rl::run_generate_job(gen);
     if (*sft.app) fp8rl::run_sft_job(run, load_recipe(sft, schema, run));
     if (*train.app) fp8rl::run_grpo_job(run, load_recipe(train, schema, run), resume, stop_after);
     if (*eval.app) {

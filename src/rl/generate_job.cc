@@ -1,0 +1,54 @@
+#include "rl/generate_job.h"
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+#include "model/checkpoint.h"
+#include "rl/refit.h"
+#include "tasks/char_tokenizer.h"
+
+namespace fp8rl {
+
+void run_generate_job(const GenerateJobOptions& o) {
+  const CharTokenizer tok;
+  const ModelConfig config = load_model_config(o.checkpoint);
+  PrecisionPolicy policy;
+  policy.linear = parse_precision(o.precision);
+  FP8RL_CHECK(policy.linear != Precision::kF32, "--precision must be bf16 or fp8, got {}", o.precision);
+  // The trainer side only serves as the refit source and, for an FP8 KV cache, the calibration.
+  Transformer trainer(config, policy);
+  load_model_weights(o.checkpoint, trainer);
+  EngineOptions eo;
+  eo.kv_dtype = parse_kv_dtype(o.kv_cache_dtype.c_str());
+  GenerationEngine engine(config, policy, eo);
+  refit_generator_weights(trainer, engine);
+  std::vector<int32_t> prompt = {tok.bos()};
+  const std::vector<int32_t> ids = tok.encode(o.prompt);
+  prompt.insert(prompt.end(), ids.begin(), ids.end());
+  if (eo.kv_dtype == KvDtype::kFP8) {
+    TokenBatch b = TokenBatch::empty(1, static_cast<int64_t>(prompt.size()), tok.pad());
+    b.tokens = prompt;
+    std::vector<float> unused(prompt.size());
+    trainer.forward(b, unused.data());
+    engine.set_kv_scales(kv_scales_from_amax(trainer.last_qkv_amax()));
+    fmt::print("KV scales calibrated on the prompt (1.05 * amax / 448 per layer)\n");
+  }
+  GenerateOptions g;
+  g.max_new_tokens = o.max_new_tokens;
+  g.sampling = {static_cast<float>(o.temperature), o.top_k, static_cast<float>(o.top_p), o.seed};
+  g.eos = tok.eos();
+  const auto seqs = engine.generate({prompt}, o.num_samples, g);
+  fmt::print("prompt {:?}, {} samples, {} linears, {} KV cache\n", o.prompt, o.num_samples, o.precision, o.kv_cache_dtype);
+  for (const GeneratedSequence& s : seqs) {
+    double total = 0;
+    std::string lps;
+    for (size_t i = 0; i < s.tokens.size(); ++i) {
+      total += s.logprobs[i];
+      lps += fmt::format("{}{:.3f}", i ? " " : "", s.logprobs[i]);
+    }
+    fmt::print("[{}] {:?}  logprob {:.3f}  ({})  tokens [{}]\n", s.sample_index, tok.decode_response(s.tokens), total,
+               s.finish == FinishReason::kStop ? "eos" : "length", lps);
+  }
+}
+
+}  // namespace fp8rl
