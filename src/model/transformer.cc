@@ -153,13 +153,25 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs) {
     for (int32_t t = 0; t < len; ++t) real_rows.push_back(static_cast<int32_t>(b * T + t));
   }
 
-  // Embedding lookup: x[n, :] = E[token[n], :], BF16 like every activation.
+  // Embedding lookup: x[n, :] = E[token[n], :], BF16 like every activation. Padding rows stay
+  // exactly zero through the whole network (their attention output is zeroed too), so they never
+  // enter the amax of a 128-token block of the FP8 wgrad quantization (fp8-recipe.md section 3).
   float* x0 = acts_[0].x.data();
+  std::vector<uint8_t> is_real(static_cast<size_t>(N), 0);
+  for (int32_t r : real_rows) is_real[static_cast<size_t>(r)] = 1;
+  for (int64_t n = 0; n < N; ++n)
+    FP8RL_CHECK(is_real[static_cast<size_t>(n)] || batch.targets[static_cast<size_t>(n)] < 0,
+                "forward: row {} is padding (beyond its sequence's length) but has target {}", n,
+                batch.targets[static_cast<size_t>(n)]);
   for (int64_t n = 0; n < N; ++n) {
     const int32_t tok = batch.tokens[static_cast<size_t>(n)];
     FP8RL_CHECK(tok >= 0 && tok < config_.vocab_size, "forward: token id {} at row {} outside the vocabulary of {}",
                 tok, n, config_.vocab_size);
-    std::memcpy(x0 + n * C, w_.embed + tok * C, sizeof(float) * static_cast<size_t>(C));
+    if (is_real[static_cast<size_t>(n)]) {
+      std::memcpy(x0 + n * C, w_.embed + tok * C, sizeof(float) * static_cast<size_t>(C));
+    } else {
+      std::memset(x0 + n * C, 0, sizeof(float) * static_cast<size_t>(C));
+    }
   }
   round_activations(x0, N * C);
 
@@ -188,6 +200,8 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs) {
                                          amax_rows(a.v.data(), Hkv * D, real_rows)};
     attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), shape);
     round_activations(a.att.data(), N * Hq * D);
+    for (int64_t n = 0; n < N; ++n)
+      if (!is_real[static_cast<size_t>(n)]) std::memset(a.att.data() + n * Hq * D, 0, sizeof(float) * static_cast<size_t>(Hq * D));
     ll.o.forward(tmp.data(), a.att.data(), N, a.co);
     add_into(a.x_mid.data(), a.x.data(), tmp.data(), N * C);
     round_activations(a.x_mid.data(), N * C);

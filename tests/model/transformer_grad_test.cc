@@ -25,7 +25,7 @@ TokenBatch micro_batch() {
   const int32_t toks[12] = {1, 4, 2, 9, 3, 5, 7, 7, 10, 2, 0, 0};
   for (int i = 0; i < 12; ++i) b.tokens[static_cast<size_t>(i)] = toks[i];
   for (int i = 0; i < 11; ++i) b.targets[static_cast<size_t>(i)] = i % 6 == 5 ? -1 : toks[i + 1];
-  b.targets[9] = -1;  // sequence 1 has 4 real tokens; its last scored target is row 8
+  b.targets[9] = b.targets[10] = -1;  // sequence 1 has 4 real tokens; its last scored target is row 8
   b.lengths = {6, 4};
   return b;
 }

@@ -335,7 +335,7 @@ def swiglu(g, u):
     return torch.nn.functional.silu(g) * u
 
 
-def attention_block(policy, cfg, p, prefix, x, cos, sin, B, T):
+def attention_block(policy, cfg, p, prefix, x, cos, sin, B, T, real):
     """x_mid = x + o(attention(rope(qnorm(q(h))), rope(knorm(k(h))), v(h))), h = norm(x)."""
     N, D, eps = x.shape[0], cfg["head_dim"], cfg["rms_norm_eps"]
     Hq, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -348,7 +348,8 @@ def attention_block(policy, cfg, p, prefix, x, cos, sin, B, T):
         k = rms_norm(k, p[prefix + "self_attn.k_norm.weight"], eps)
     q = policy.round(rope(q, cos, sin))
     k = policy.round(rope(k, cos, sin))
-    att = policy.round(causal_attention(q, k, v, B, T))
+    # Padding rows are kept at exactly zero (as fp8rl does) so they never enter a block's amax.
+    att = policy.round(causal_attention(q, k, v, B, T)) * real
     return policy.round(x + policy.linear(att, p[prefix + "self_attn.o_proj.weight"]))
 
 
@@ -373,10 +374,12 @@ def forward(policy, cfg, p, batch, cos_table, sin_table):
     tokens = batch["tokens"].reshape(-1).long()
     positions = batch["positions"].reshape(-1).long()
     cos, sin = cos_table[positions], sin_table[positions]
-    x = embedding(policy, p["model.embed_tokens.weight"], tokens)
+    lengths = batch["lengths"].reshape(-1).long()
+    real = (torch.arange(T)[None, :] < lengths[:, None]).reshape(-1, 1).to(torch.float32)
+    x = embedding(policy, p["model.embed_tokens.weight"], tokens) * real
     for layer in range(cfg["num_hidden_layers"]):
         prefix = f"model.layers.{layer}."
-        x = attention_block(policy, cfg, p, prefix, x, cos, sin, B, T)
+        x = attention_block(policy, cfg, p, prefix, x, cos, sin, B, T, real)
         x = mlp_block(policy, cfg, p, prefix, x)
     h = policy.round(rms_norm(x, p["model.norm.weight"], cfg["rms_norm_eps"]))
     head = p["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else p["lm_head.weight"]
