@@ -258,11 +258,14 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     }
     const std::vector<float> adv = compute_advantages(rewards, G, config.advantages);
     for (size_t i = 0; i < r.size(); ++i) r[i].advantage = adv[i];
-    // 4. prev and reference log-probs
+    // 4. prev and reference log-probs. With a single optimizer step per GRPO step, the training
+    // forward runs the same weights on the same micro-batches, so its log-probs are prev bit for
+    // bit and the separate pass is skipped.
     t.reset();
+    const bool prev_from_training = rollouts == global;
     for (size_t m0 = 0; m0 < r.size(); m0 += static_cast<size_t>(micro)) {
       const size_t m1 = std::min(r.size(), m0 + static_cast<size_t>(micro));
-      response_logprobs(policy, r, m0, m1, tok.pad(), &Rollout::prev);
+      if (!prev_from_training) response_logprobs(policy, r, m0, m1, tok.pad(), &Rollout::prev);
       if (use_reference) response_logprobs(*reference, r, m0, m1, tok.pad(), &Rollout::ref);
     }
     const double t_logprobs = t.seconds();
@@ -285,6 +288,9 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
         std::vector<int64_t> offsets = {0};
         for (size_t i = m0; i < m1; ++i) {
           const size_t start = (i - m0) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
+          if (prev_from_training)
+            r[i].prev.assign(lp.begin() + static_cast<std::ptrdiff_t>(start),
+                             lp.begin() + static_cast<std::ptrdiff_t>(start + r[i].response.size()));
           curr.insert(curr.end(), lp.begin() + static_cast<std::ptrdiff_t>(start),
                       lp.begin() + static_cast<std::ptrdiff_t>(start + r[i].response.size()));
           prev.insert(prev.end(), r[i].prev.begin(), r[i].prev.end());
@@ -321,9 +327,14 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     const double t_refit = t.seconds();
     t.reset();
     if (fp8_kv) {
+      // The first kv_calibration_samples_per_prompt responses of every prompt of the batch just
+      // trained on (all of them when it is >= G), in one forward with the updated weights.
+      std::vector<Rollout> calib;
+      for (size_t i = 0; i < r.size(); ++i)
+        if (static_cast<int64_t>(i % static_cast<size_t>(G)) < config.kv_calibration_samples_per_prompt) calib.push_back(r[i]);
       std::vector<Transformer::QkvAmax> amax;
-      for (size_t m0 = 0; m0 < r.size(); m0 += static_cast<size_t>(micro)) {
-        const TokenBatch b = rollout_batch(r, m0, std::min(r.size(), m0 + static_cast<size_t>(micro)), tok.pad());
+      for (size_t m0 = 0; m0 < calib.size(); m0 += static_cast<size_t>(micro)) {
+        const TokenBatch b = rollout_batch(calib, m0, std::min(calib.size(), m0 + static_cast<size_t>(micro)), tok.pad());
         std::vector<float> unused(static_cast<size_t>(b.B * b.T));
         policy.forward(b, unused.data());
         amax = max_amax(amax, policy.last_qkv_amax());

@@ -84,6 +84,7 @@ struct RunConfig {
   int64_t kv_cache_bytes = 0;
   int64_t max_num_seqs = 0;
   bool share_prefix = true;
+  int64_t kv_calibration_samples_per_prompt = 0;  // generation.kv_calibration_samples_per_prompt
 
   // The trainer's precision policy these fields describe.
   PrecisionPolicy trainer_policy() const;
