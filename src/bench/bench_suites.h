@@ -1,7 +1,12 @@
 // Entry points of the benchmark suites run by `fp8rl bench <suite>`.
 #pragma once
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "bench/bench_report.h"
+#include "model/config.h"
 
 namespace fp8rl::bench {
 
@@ -10,5 +15,30 @@ void run_numerics_bench(const BenchOptions& options);
 
 // GEMM and decode GEMV against the vdpbf16ps peak, the read bandwidth and oneDNN (bench_kernels.cc).
 void run_kernels_bench(const BenchOptions& options);
+
+// Training tokens/s (forward + backward + AdamW) of the `medium` preset, BF16 and FP8, 1 and 2
+// threads, against PyTorch (bench_model.cc). `quick`: the `tiny` preset and a small batch (smoke test).
+void run_model_bench(const BenchOptions& options, bool quick);
+
+// Generator decode and prefill tokens/s, BF16/FP8 weights and KV cache, against a PyTorch eager
+// KV-cached loop (bench_generate.cc). `quick`: the `tiny` preset, short sequences, no `large` case.
+void run_generate_bench(const BenchOptions& options, bool quick);
+
+// Helpers of the suites with subprocess peers (bench_model.cc).
+// Runs `command` with popen and returns the JSON objects it printed, one per line (other lines
+// are ignored; stderr passes through).
+std::vector<nlohmann::ordered_json> run_json_lines(const std::string& command);
+// This binary's path (/proc/self/exe).
+std::string self_executable();
+// tools/bench/NAME next to the build directory of this binary, or under the current directory;
+// empty if not found.
+std::string find_bench_script(const std::string& name);
+// The architecture flags of tools/bench/torch_llama.py for `config`.
+std::string torch_model_arguments(const ModelConfig& config);
+// Threads the kernels use when asked for all of them (min(pool size, hardware threads)).
+int kernel_threads();
+// Runs each function once (warm-up), then `repeats` rounds of all of them in turn; returns the
+// median wall time of each, in seconds.
+std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats);
 
 }  // namespace fp8rl::bench

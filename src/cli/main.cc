@@ -53,12 +53,14 @@ int main(int argc, char** argv) {
   fp8rl::bench::BenchOptions bench_options;
   std::string suite;
   CLI::App* bench = app.add_subcommand("bench", "Run a benchmark suite and compare it with the machine's limits");
-  bench->add_option("suite", suite, "suite to run")->required()->check(CLI::IsMember({"numerics", "kernels"}));
+  bench->add_option("suite", suite, "suite to run")->required()->check(CLI::IsMember({"numerics", "kernels", "model", "generate"}));
   bench->add_flag("--json", bench_options.json, "one JSON object per line");
   bench->add_option("--repeats", bench_options.repeats, "timed runs per case (median reported)")
       ->check(CLI::Range(1, 1000));
   bench->add_option("--mib", bench_options.mib, "working-set size of streaming cases in MiB")
       ->check(CLI::Range(int64_t{1}, int64_t{16384}));
+  bool bench_quick = false;
+  bench->add_flag("--quick", bench_quick, "model/generate: tiny preset and short runs (smoke test)");
 
   RecipeCommand sft = add_recipe_command(app, "sft", "Supervised warm start on a task's (prompt, answer) pairs");
   RecipeCommand eval = add_recipe_command(app, "eval", "Greedy validation accuracy of model.checkpoint");
@@ -103,6 +105,8 @@ int main(int argc, char** argv) {
     if (*demo) fp8rl::cli::run_demo(demo_elements);
     if (*bench && suite == "numerics") fp8rl::bench::run_numerics_bench(bench_options);
     if (*bench && suite == "kernels") fp8rl::bench::run_kernels_bench(bench_options);
+    if (*bench && suite == "model") fp8rl::bench::run_model_bench(bench_options, bench_quick);
+    if (*bench && suite == "generate") fp8rl::bench::run_generate_bench(bench_options, bench_quick);
   } catch (const fp8rl::Error& e) {
     fmt::print(stderr, "fp8rl: error: {}\n", e.what());
     return 1;

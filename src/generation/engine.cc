@@ -4,8 +4,10 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <unordered_map>
 
 #include "core/check.h"
+#include "core/timer.h"
 #include "kernels/attention_row.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"
@@ -180,6 +182,30 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
   }
   if (config_.qk_norm) qn.resize(q.size()), kn.resize(k.size());
   std::vector<float> probs(static_cast<size_t>(max_len)), scratch(static_cast<size_t>(D)), qq(static_cast<size_t>(D));
+  // The K/V positions each block list must provide to this forward's rows (the same in every
+  // layer), widened or decoded to FP32 once per layer below.
+  struct DecodedKv {
+    const KvBlockList* list = nullptr;
+    int64_t tokens = 0;           // positions [0, tokens) of the list
+    std::vector<float> k, v;      // [tokens, KD]
+  };
+  std::vector<DecodedKv> decoded;
+  std::unordered_map<const KvBlockList*, size_t> decoded_index;
+  auto need = [&](const KvBlockList* list, int64_t tokens) {
+    if (list == nullptr || tokens <= 0) return;
+    const auto [it, inserted] = decoded_index.emplace(list, decoded.size());
+    if (inserted) decoded.push_back({list, 0, {}, {}});
+    DecodedKv& d = decoded[it->second];
+    d.tokens = std::max(d.tokens, tokens);
+  };
+  for (const Row& row : rows) {
+    if (row.prefix != nullptr) need(row.prefix, std::min(row.pos + 1, row.prefix_len));
+    need(row.own, row.pos + 1 - row.prefix_len);
+  }
+  for (DecodedKv& d : decoded) {
+    d.k.resize(static_cast<size_t>(d.tokens * KD));
+    d.v.resize(static_cast<size_t>(d.tokens * KD));
+  }
 
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     EngineLayer& e = layers_[static_cast<size_t>(l)];
@@ -204,27 +230,36 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
       kv_.write(in_prefix ? *row.prefix : *row.own, l, in_prefix ? row.pos : row.pos - row.prefix_len,
                 k.data() + r * KD, v.data() + r * KD);
     }
+    // Widen (BF16) or decode (FP8) each block list's K and V once per layer, page by page with
+    // the bulk codecs, instead of once per row, query head and position inside attention: the
+    // values are the same, so attention_row computes the same bits.
+    for (DecodedKv& d : decoded) {
+      for (int64_t j0 = 0; j0 < d.tokens; j0 += kPageTokens) {
+        const int64_t n = std::min(kPageTokens, d.tokens - j0) * KD;  // a page's rows are contiguous
+        const uint8_t* kp = kv_.k_row(*d.list, l, j0);
+        const uint8_t* vp = kv_.v_row(*d.list, l, j0);
+        if (fp8_kv) {
+          e4m3_decode_f32(kp, d.k.data() + j0 * KD, n);
+          e4m3_decode_f32(vp, d.v.data() + j0 * KD, n);
+        } else {
+          bf16_decode_f32(reinterpret_cast<const bf16_t*>(kp), d.k.data() + j0 * KD, n);
+          bf16_decode_f32(reinterpret_cast<const bf16_t*>(vp), d.v.data() + j0 * KD, n);
+        }
+      }
+    }
     const QkvScales sc = fp8_kv ? kv_.scales(l) : QkvScales{1.0f, 1.0f, 1.0f};
     for (int64_t r = 0; r < R; ++r) {
       const Row& row = rows[static_cast<size_t>(r)];
-      auto row_of = [&](bool key, int64_t j) {
-        const bool in_prefix = j < row.prefix_len;
-        const KvBlockList& blocks = in_prefix ? *row.prefix : *row.own;
-        const int64_t at = in_prefix ? j : j - row.prefix_len;
-        return key ? kv_.k_row(blocks, l, at) : kv_.v_row(blocks, l, at);
-      };
+      const DecodedKv* prefix = row.prefix != nullptr && row.prefix_len > 0 ? &decoded[decoded_index.at(row.prefix)] : nullptr;
+      const DecodedKv* own = row.pos + 1 > row.prefix_len ? &decoded[decoded_index.at(row.own)] : nullptr;
       for (int64_t hd = 0; hd < Hq; ++hd) {
         const int64_t off = (hd / group) * D;  // this head's kv head, in elements
         auto load = [&](bool key) {
-          return [&, key](int64_t j, float* buf) -> const float* {
-            const uint8_t* p = row_of(key, j);
-            if (fp8_kv) {
-              for (int64_t d = 0; d < D; ++d) buf[d] = e4m3_to_f32(p[off + d]);
-            } else {
-              const bf16_t* hp = reinterpret_cast<const bf16_t*>(p);
-              for (int64_t d = 0; d < D; ++d) buf[d] = bf16_to_f32(hp[off + d]);
-            }
-            return buf;
+          return [&, key](int64_t j, float*) -> const float* {
+            const bool in_prefix = j < row.prefix_len;
+            const DecodedKv& d = in_prefix ? *prefix : *own;
+            const int64_t at = in_prefix ? j : j - row.prefix_len;
+            return (key ? d.k.data() : d.v.data()) + at * KD + off;
           };
         };
         const float* qh = q.data() + r * QD + hd * D;
@@ -368,8 +403,10 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
     }
     stats_.peak_active = std::max<int64_t>(stats_.peak_active, static_cast<int64_t>(active.size()));
     if (!prefill.empty()) {
+      const Timer prefill_timer;
       std::vector<float> logits(prefill.size() * static_cast<size_t>(V));
       forward_rows(prefill, logits.data());
+      stats_.prefill_seconds += prefill_timer.seconds();
       stats_.prefill_tokens += static_cast<int64_t>(prefill.size());
       for (const auto& [p, r] : prefix_last_rows) {
         Prefix& pre = prefixes[static_cast<size_t>(p)];
@@ -394,11 +431,13 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
       stepping.push_back(s.get());
     }
     if (!rows.empty()) {
+      const Timer decode_timer;
       std::vector<float> logits(rows.size() * static_cast<size_t>(V));
       forward_rows(rows, logits.data());
       stats_.decode_tokens += static_cast<int64_t>(rows.size());
       ++stats_.decode_steps;
       for (size_t i = 0; i < stepping.size(); ++i) sample_next(*stepping[i], logits.data() + i * static_cast<size_t>(V));
+      stats_.decode_seconds += decode_timer.seconds();
     }
     // Retire finished samples; their pages (and a prompt's, after its last sample) are reused.
     for (auto it = active.begin(); it != active.end();) {

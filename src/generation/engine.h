@@ -81,6 +81,8 @@ struct GenerationStats {
   int64_t decode_tokens = 0;
   int64_t decode_steps = 0;
   int64_t peak_active = 0;
+  double prefill_seconds = 0;  // wall time of the prefill forwards (benchmarks)
+  double decode_seconds = 0;   // wall time of the decode forwards and their sampling
 };
 
 class GenerationEngine {

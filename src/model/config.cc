@@ -29,8 +29,14 @@ ModelConfig model_preset(std::string_view name, int64_t vocab_size) {
   } else if (name == "medium") {
     c.d_model = 512, c.n_layers = 8, c.n_heads = 8, c.n_kv_heads = 4, c.head_dim = 64, c.d_ff = 1536;
     c.max_seq_len = 512;
+  } else if (name == "large") {
+    // For decode benchmarks only (bench generate): about 755 M linear parameters, so its FP8
+    // weights (~720 MiB) exceed the L3 of the development machines (up to 480 MiB) and decode
+    // streams them from DRAM. Training it would need ~12 GB of FP32 masters and AdamW state.
+    c.d_model = 2048, c.n_layers = 16, c.n_heads = 16, c.n_kv_heads = 8, c.head_dim = 128, c.d_ff = 5632;
+    c.max_seq_len = 2048;
   } else {
-    FP8RL_CHECK(false, "unknown model preset '{}' (known: tiny, small, medium)", name);
+    FP8RL_CHECK(false, "unknown model preset '{}' (known: tiny, small, medium, large)", name);
   }
   c.validate();
   return c;

@@ -33,7 +33,8 @@ struct ModelConfig {
 };
 
 // Named presets: "tiny" (tests), "small" (the default demo), "medium" (benchmarks, ~25M
-// parameters). Throws for an unknown name, listing the known ones.
+// parameters), "large" (decode benchmarks only, ~755M: FP8 weights larger than the L3). Throws
+// for an unknown name, listing the known ones.
 ModelConfig model_preset(std::string_view name, int64_t vocab_size);
 
 }  // namespace fp8rl

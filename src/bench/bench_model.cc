@@ -1,0 +1,238 @@
+// `fp8rl bench model`: training throughput of the trainer (forward + backward + AdamW step, the
+// work of one sft_step) in tokens/s, BF16 and FP8 linears, one thread and two, against the same
+// model and batch in PyTorch (BF16 autocast on CPU, eager, torch.optim.AdamW) measured in the
+// same run, and against the vdpbf16ps peak. The peer runs twice: as PyTorch runs by default (its
+// oneDNN uses AMX tiles on a CPU that has them) and limited to AVX-512 BF16 like our kernels.
+//
+// The kernels take their thread count from the process-wide pool (FP8RL_NUM_THREADS, read once
+// at start-up; core/thread_pool.h), so each thread count runs in a child process of this binary
+// (FP8RL_BENCH_MODEL_CHILD set) with FP8RL_NUM_THREADS = 1 or 2. The child times BF16 and FP8
+// steps alternately (one of each per round), so their ratio is not skewed by a change of machine
+// load. The PyTorch peer (tools/bench/torch_train_step.py) runs right after with
+// torch.set_num_threads matching.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench_suites.h"
+#include "core/check.h"
+#include "core/cpu_features.h"
+#include "core/rng.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "model/config.h"
+#include "model/optimizer.h"
+#include "model/transformer.h"
+#include "rl/sft.h"
+#include "tasks/char_tokenizer.h"
+
+namespace fp8rl::bench {
+
+double peak_bf16_dot_gflops(int64_t iterations);  // bench_kernels.cc
+
+// ---- helpers shared with bench_generate.cc (declared in bench_suites.h) ----------------------
+
+std::vector<nlohmann::ordered_json> run_json_lines(const std::string& command) {
+  std::vector<nlohmann::ordered_json> records;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (pipe == nullptr) return records;
+  std::array<char, 16384> line{};
+  while (std::fgets(line.data(), static_cast<int>(line.size()), pipe.get()) != nullptr) {
+    const auto record = nlohmann::ordered_json::parse(line.data(), nullptr, /*allow_exceptions=*/false);
+    if (!record.is_discarded() && record.is_object()) records.push_back(record);
+  }
+  return records;
+}
+
+std::string self_executable() {
+  std::array<char, 4096> exe{};
+  const ssize_t len = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  return len > 0 ? std::string(exe.data(), static_cast<size_t>(len)) : std::string();
+}
+
+std::string find_bench_script(const std::string& name) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> roots;
+  const std::string exe = self_executable();
+  if (!exe.empty()) roots.push_back(fs::path(exe).parent_path().parent_path());  // build*/fp8rl -> repo
+  roots.push_back(fs::current_path());
+  for (const fs::path& root : roots) {
+    const fs::path p = root / "tools" / "bench" / name;
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return p.string();
+  }
+  return {};
+}
+
+std::string torch_model_arguments(const ModelConfig& c) {
+  return fmt::format("--vocab {} --d-model {} --layers {} --heads {} --kv-heads {} --head-dim {} --d-ff {} "
+                     "--max-seq-len {} --rope-theta {}{}{}",
+                     c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.max_seq_len,
+                     c.rope_theta, c.qk_norm ? " --qk-norm" : "", c.tie_embeddings ? "" : " --untied");
+}
+
+int kernel_threads() { return std::min(kernel_thread_pool().size(), hardware_threads()); }
+
+std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats) {
+  for (const auto& fn : fns) fn();  // warm-up
+  std::vector<std::vector<double>> times(fns.size());
+  for (int r = 0; r < std::max(1, repeats); ++r)
+    for (size_t i = 0; i < fns.size(); ++i) {
+      const Timer t;
+      fns[i]();
+      times[i].push_back(t.seconds());
+    }
+  std::vector<double> medians;
+  for (auto& t : times) medians.push_back(median(t));
+  return medians;
+}
+
+namespace {
+
+constexpr int kThreadCounts[] = {1, 2};
+constexpr const char* kPeerName = "torch_bf16_autocast";
+
+// The benchmark's model and batch: `medium` at 8 x 256 tokens, or `tiny` at 2 x 32 (--quick).
+struct ModelBenchSetup {
+  ModelConfig config;
+  int64_t B = 0, T = 0;
+};
+
+ModelBenchSetup model_bench_setup(bool quick) {
+  ModelBenchSetup s;
+  s.config = model_preset(quick ? "tiny" : "medium", CharTokenizer::kVocabSize);
+  s.B = quick ? 2 : 8;
+  s.T = quick ? 32 : 256;
+  return s;
+}
+
+// Parameters of the linears (q, k, v, o, gate, up, down and the LM head): 6 flops per parameter
+// per token for forward + backward. Attention's own flops are not counted.
+double linear_params(const ModelConfig& c) {
+  const double C = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff);
+  const double per_layer = C * static_cast<double>(c.q_dim()) * 2 + C * static_cast<double>(c.kv_dim()) * 2 + 3 * C * F;
+  return per_layer * static_cast<double>(c.n_layers) + static_cast<double>(c.vocab_size) * C;
+}
+
+// Child side: BF16 and FP8 training steps at the pool's thread count, timed alternately.
+void run_model_child(const BenchOptions& options, bool quick) {
+  const ModelBenchSetup s = model_bench_setup(quick);
+  const int threads = kernel_threads();
+  // Random tokens 3..V-1 (no pad/bos/eos); every row is scored on the token that follows it.
+  TokenBatch batch = TokenBatch::empty(s.B, s.T, CharTokenizer::kPad);
+  const uint32_t V = static_cast<uint32_t>(s.config.vocab_size);
+  auto token = [&](int64_t b, int64_t t) {
+    return 3 + static_cast<int32_t>(random_u32(7, static_cast<uint64_t>(b), static_cast<uint64_t>(t)) % (V - 3));
+  };
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t t = 0; t < s.T; ++t) {
+      batch.tokens[static_cast<size_t>(b * s.T + t)] = token(b, t);
+      batch.targets[static_cast<size_t>(b * s.T + t)] = token(b, t + 1);
+    }
+
+  const Precision precisions[] = {Precision::kBF16, Precision::kFP8};
+  std::vector<std::unique_ptr<Transformer>> models;
+  std::vector<std::unique_ptr<AdamW>> optimizers;
+  std::vector<std::function<void()>> steps;
+  for (Precision p : precisions) {
+    PrecisionPolicy policy;
+    policy.linear = p;
+    models.push_back(std::make_unique<Transformer>(s.config, policy));
+    models.back()->init_random(/*seed=*/1);
+    optimizers.push_back(std::make_unique<AdamW>(models.back()->layout(), AdamWConfig{}));
+    Transformer* m = models.back().get();
+    AdamW* o = optimizers.back().get();
+    steps.push_back([m, o, &batch] { sft_step(*m, *o, batch, 1e-4); });
+  }
+  const std::vector<double> seconds = time_interleaved(steps, options.repeats);
+
+  double peak = 0;
+  if (cpu_features().has_avx512_kernels()) {
+    std::vector<double> runs;
+    for (int i = 0; i < 3; ++i) runs.push_back(peak_bf16_dot_gflops(quick ? 200'000 : 3'000'000));
+    peak = median(runs);
+  }
+  const double tokens = static_cast<double>(s.B * s.T);
+  for (size_t i = 0; i < seconds.size(); ++i) {
+    const double gflops = 6.0 * linear_params(s.config) * tokens / seconds[i] / 1e9;
+    nlohmann::ordered_json r = {{"suite", "model"},
+                                {"case", fmt::format("train_step_{}", precision_name(precisions[i]))},
+                                {"preset", s.config.preset},
+                                {"batch", fmt::format("{}x{}", s.B, s.T)},
+                                {"params", models[i]->num_params()},
+                                {"threads", threads},
+                                {"seconds", seconds[i]},
+                                {"tokens_per_s", tokens / seconds[i]},
+                                {"linear_gflops", gflops}};
+    if (peak > 0) {
+      r["limit"] = "peak_bf16_dot x threads";
+      r["limit_gflops"] = peak * threads;
+      r["ratio_to_limit"] = gflops / (peak * threads);
+    }
+    fmt::print("{}\n", r.dump());
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void run_model_bench(const BenchOptions& options, bool quick) {
+  if (std::getenv("FP8RL_BENCH_MODEL_CHILD") != nullptr) {
+    run_model_child(options, quick);
+    return;
+  }
+  const ModelBenchSetup s = model_bench_setup(quick);
+  const std::string exe = self_executable(), script = find_bench_script("torch_train_step.py");
+  if (!options.json)
+    fmt::print("# model bench: {} preset, {} x {} tokens per step (forward + backward + AdamW), median of {} "
+               "steps after a warm-up; peer: PyTorch eager, BF16 autocast ({}); CPU: {}\n",
+               s.config.preset, s.B, s.T, options.repeats, script.empty() ? "script not found" : script,
+               cpu_features().describe());
+  for (int threads : kThreadCounts) {
+    const std::vector<nlohmann::ordered_json> ours = run_json_lines(
+        fmt::format("FP8RL_NUM_THREADS={} FP8RL_BENCH_MODEL_CHILD=1 '{}' bench model --json --repeats {}{}", threads, exe,
+                    options.repeats, quick ? " --quick" : ""));
+    FP8RL_CHECK(ours.size() == 2, "bench model: the child process with {} threads printed {} records, expected 2",
+                threads, ours.size());
+    // The peer as it runs by default (oneDNN picks AMX where the CPU has it) and limited to
+    // AVX-512 BF16, the instruction set of our kernels (ONEDNN_MAX_CPU_ISA).
+    nlohmann::ordered_json peer, peer_avx512;
+    if (!script.empty()) {
+      for (const char* isa : {"", "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 "}) {
+        const auto lines = run_json_lines(fmt::format("{}/usr/bin/python3 '{}' {} --threads {} --repeats {} --batch {} --seq {}",
+                                                      isa, script, torch_model_arguments(s.config), threads,
+                                                      options.repeats, s.B, s.T));
+        if (lines.empty()) continue;
+        nlohmann::ordered_json& p = *isa ? peer_avx512 : peer;
+        p = lines.front();
+        p["isa_limit"] = *isa ? "avx512_core_bf16" : "default";
+        emit(p, options);
+      }
+    }
+    const double bf16_tokens = ours[0].value("tokens_per_s", 0.0);
+    for (nlohmann::ordered_json r : ours) {
+      if (r.value("case", "") == "train_step_fp8") r["ratio_to_bf16"] = r.value("tokens_per_s", 0.0) / bf16_tokens;
+      if (peer.is_null()) {
+        r["peer"] = "unavailable (tools/bench/torch_train_step.py or /usr/bin/python3 with torch not found)";
+      } else {
+        r["peer"] = kPeerName;
+        r["peer_tokens_per_s"] = peer.value("tokens_per_s", 0.0);
+        r["ratio_to_peer"] = r.value("tokens_per_s", 0.0) / peer.value("tokens_per_s", 1.0);
+      }
+      if (!peer_avx512.is_null()) {
+        r["peer_tokens_per_s_avx512"] = peer_avx512.value("tokens_per_s", 0.0);
+        r["ratio_to_peer_avx512"] = r.value("tokens_per_s", 0.0) / peer_avx512.value("tokens_per_s", 1.0);
+      }
+      emit(r, options);
+    }
+  }
+}
+
+}  // namespace fp8rl::bench
