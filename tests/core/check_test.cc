@@ -3,24 +3,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/test_util.h"
+
 namespace fp8rl {
 namespace {
 
 using ::testing::HasSubstr;
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_message;
 
 TEST(Check, PassingCheckDoesNothing) { EXPECT_NO_THROW(FP8RL_CHECK(1 + 1 == 2, "math")); }
 
 TEST(Check, MessageNamesFileLineConditionAndValues) {
-  const std::string m = message_of([] {
+  const std::string m = error_message([] {
     const int rows = -3;
     FP8RL_CHECK(rows > 0, "tensor '{}' needs rows > 0, got {}", "w_q", rows);
   });
@@ -30,7 +25,7 @@ TEST(Check, MessageNamesFileLineConditionAndValues) {
 }
 
 TEST(Check, ComparisonChecksPrintBothValues) {
-  const std::string m = message_of([] {
+  const std::string m = error_message([] {
     const int64_t a = 128, b = 96;
     FP8RL_CHECK_EQ(a, b);
   });
