@@ -161,6 +161,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
 
   // ---- run directory ---------------------------------------------------------------------------
   fs::create_directories(run_dir);
+  remove_stale_temporaries(run_dir, "checkpoint");  // leftovers of a crash during a checkpoint write
   write_file_atomic(run_dir / "config.yaml", effective_yaml);
   if (resume) truncate_metrics(run_dir / "metrics.jsonl", start_step);
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
@@ -327,11 +328,12 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     const double t_refit = t.seconds();
     t.reset();
     if (fp8_kv) {
-      // The first kv_calibration_samples_per_prompt responses of every prompt of the batch just
-      // trained on (all of them when it is >= G), in one forward with the updated weights.
+      // The batch just trained on (or the first kv_calibration_samples_per_prompt responses of
+      // each prompt), in forwards with the updated weights.
+      const int64_t per_prompt = config.kv_calibration_samples_per_prompt > 0 ? config.kv_calibration_samples_per_prompt : G;
       std::vector<Rollout> calib;
       for (size_t i = 0; i < r.size(); ++i)
-        if (static_cast<int64_t>(i % static_cast<size_t>(G)) < config.kv_calibration_samples_per_prompt) calib.push_back(r[i]);
+        if (static_cast<int64_t>(i % static_cast<size_t>(G)) < per_prompt) calib.push_back(r[i]);
       std::vector<Transformer::QkvAmax> amax;
       for (size_t m0 = 0; m0 < calib.size(); m0 += static_cast<size_t>(micro)) {
         const TokenBatch b = rollout_batch(calib, m0, std::min(calib.size(), m0 + static_cast<size_t>(micro)), tok.pad());

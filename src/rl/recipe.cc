@@ -92,9 +92,9 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("generation.top_k", &c.top_k, 0, "top-k sampling (0: off)").at_least(0);
   s.add("generation.kv_cache_bytes", &c.kv_cache_bytes, 64 << 20, "KV cache budget in bytes").at_least(1024);
   s.add("generation.max_num_seqs", &c.max_num_seqs, 256, "sequences decoded together").at_least(1);
-  s.add("generation.kv_calibration_samples_per_prompt", &c.kv_calibration_samples_per_prompt, 1,
-        "FP8 KV: responses per prompt of the batch just trained on used to recalibrate the Q/K/V scales")
-      .at_least(1);
+  s.add("generation.kv_calibration_samples_per_prompt", &c.kv_calibration_samples_per_prompt, 0,
+        "FP8 KV: responses per prompt of the batch just trained on that recalibrate the Q/K/V scales (0: all)")
+      .at_least(0);
   s.add("generation.share_prefix", &c.share_prefix, true, "the samples of a prompt share its prefill");
 
   s.add("eval.max_examples", &c.val_max_examples, 200, "validation examples scored per evaluation").at_least(1);

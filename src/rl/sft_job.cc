@@ -56,6 +56,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
 
   const fs::path run_dir = config.log_dir;
   fs::create_directories(run_dir);
+  remove_stale_temporaries(run_dir, "checkpoint");
   write_file_atomic(run_dir / "config.yaml", effective_yaml);
   std::ofstream metrics(run_dir / "sft_metrics.jsonl");
 
