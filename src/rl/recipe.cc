@@ -41,7 +41,9 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("policy.train_micro_batch_size", &c.train_micro_batch_size, 64,
         "sequences per forward/backward (gradients accumulate over micro-batches)").at_least(1);
 
-  s.add("task.name", &c.task_name, "arithmetic", "task").choices({"arithmetic"});
+  s.add("task.name", &c.task_name, "arithmetic", "task").choices({"arithmetic", "jsonl"});
+  s.add("task.jsonl.train_path", &c.jsonl.train_path, "", "JSONL file of {prompt, answer} lines (task.name: jsonl)");
+  s.add("task.jsonl.validation_path", &c.jsonl.validation_path, "", "JSONL validation file (task.name: jsonl)");
   bind_arithmetic_task_config(s, "task.arithmetic", c.arithmetic);
 
   s.add("sft.max_num_steps", &c.sft_max_num_steps, 300, "SFT optimizer steps").at_least(1);
@@ -152,6 +154,11 @@ ModelConfig RunConfig::model_config() const {
 }
 
 std::unique_ptr<Task> make_task(const RunConfig& config) {
+  if (config.task_name == "jsonl") {
+    FP8RL_CHECK(!config.jsonl.train_path.empty() && !config.jsonl.validation_path.empty(),
+                "task.name: jsonl needs task.jsonl.train_path and task.jsonl.validation_path");
+    return std::make_unique<JsonlTask>(config.jsonl);
+  }
   FP8RL_CHECK(config.task_name == "arithmetic", "unknown task '{}'", config.task_name);
   return std::make_unique<ArithmeticTask>(config.arithmetic);
 }

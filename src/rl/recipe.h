@@ -18,6 +18,7 @@
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
 #include "tasks/arithmetic.h"
+#include "tasks/jsonl_task.h"
 #include "tasks/task.h"
 
 namespace fp8rl {
@@ -49,8 +50,9 @@ struct RunConfig {
   int64_t train_micro_batch_size = 0;   // policy.train_micro_batch_size
 
   // Task.
-  std::string task_name;  // task.name: arithmetic
+  std::string task_name;  // task.name: arithmetic | jsonl
   ArithmeticTaskConfig arithmetic;
+  JsonlTaskConfig jsonl;
 
   // SFT.
   int64_t sft_max_num_steps = 0;  // sft.max_num_steps

@@ -142,6 +142,12 @@ TEST(GrpoEndToEnd, BadInputsGiveOneClearErrorAndNoRunDirectory) {
   EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"grpo.max_num_step=3"}), ::testing::HasSubstr("did you mean 'grpo.max_num_steps'"));
   EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"policy.train_global_batch_size=48"}),
               ::testing::HasSubstr("must divide grpo.num_prompts_per_step"));
+  const fs::path dataset = temp_dir("bad.jsonl");
+  std::ofstream(dataset) << "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\nnot json\n";
+  EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"task.name=jsonl", "task.jsonl.train_path=" + dataset.string(),
+                                             "task.jsonl.validation_path=" + dataset.string()}),
+              ::testing::HasSubstr("line 2: not valid JSON"));
+  fs::remove(dataset);
   EXPECT_FALSE(fs::exists(run)) << "a failed start must not leave a run directory";
   const fs::path broken = temp_dir("broken.yaml");
   std::ofstream(broken) << "grpo:\n  max_num_steps: [1, 2\n";

@@ -1,0 +1,69 @@
+// The JSONL task: reading, line-numbered errors, final-answer extraction and the verifier.
+#include "tasks/jsonl_task.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/check.h"
+#include "tests/test_util.h"
+
+namespace fp8rl {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::error_message;
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const auto p = std::filesystem::temp_directory_path() / ("fp8rl_jsonl_" + std::to_string(::getpid()) + "_" + name);
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+TEST(JsonlTask, ReadsExamplesAndSkipsBlankLines) {
+  const std::string path = write_temp("ok.jsonl", "{\"prompt\": \"1+2=\", \"answer\": \"3\"}\n\n{\"prompt\": \"x\", \"answer\": \"y\"}\n");
+  const auto ex = read_jsonl_examples(path);
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(ex[0].prompt, "1+2=");
+  EXPECT_EQ(ex[1].answer, "y");
+  JsonlTask task({path, path});
+  EXPECT_EQ(task.train().size(), 2u);
+  std::filesystem::remove(path);
+}
+
+TEST(JsonlTask, MalformedLinesAreReportedWithTheirLineNumber) {
+  const std::string bad_json = write_temp("bad.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": \"a\",\n");
+  EXPECT_THAT(error_message([&] { read_jsonl_examples(bad_json); }), HasSubstr("line 2: not valid JSON"));
+  const std::string missing = write_temp("missing.jsonl", "{\"prompt\": \"a\"}\n");
+  EXPECT_THAT(error_message([&] { read_jsonl_examples(missing); }),
+              HasSubstr("line 1: expected an object with string fields \"prompt\" and \"answer\""));
+  const std::string number = write_temp("number.jsonl", "\n\n{\"prompt\": \"a\", \"answer\": 5}\n");
+  EXPECT_THAT(error_message([&] { read_jsonl_examples(number); }), HasSubstr("line 3:"));
+  const std::string empty = write_temp("empty.jsonl", "\n");
+  EXPECT_THAT(error_message([&] { read_jsonl_examples(empty); }), HasSubstr("no examples"));
+  EXPECT_THAT(error_message([&] { read_jsonl_examples("/nonexistent/x.jsonl"); }), HasSubstr("cannot open"));
+  for (const auto& p : {bad_json, missing, number, empty}) std::filesystem::remove(p);
+}
+
+TEST(JsonlTask, FinalAnswerExtraction) {
+  EXPECT_EQ(extract_final_answer("so the result is \\boxed{42}."), "42");
+  EXPECT_EQ(extract_final_answer("\\boxed{1} then \\boxed{\\frac{1}{2}}"), "\\frac{1}{2}");
+  EXPECT_EQ(extract_final_answer("first 3, then 17 apples"), "17");
+  EXPECT_EQ(extract_final_answer("it is -2.5 degrees"), "-2.5");
+  EXPECT_EQ(extract_final_answer("  no digits  "), "no digits");
+  EXPECT_EQ(extract_final_answer("version 1.2.3"), "2.3");
+}
+
+TEST(JsonlTask, RewardComparesNumbersNumerically) {
+  EXPECT_EQ(jsonl_reward("12", "the answer is 12"), 1.0);
+  EXPECT_EQ(jsonl_reward("12", "\\boxed{12.0}"), 1.0);
+  EXPECT_EQ(jsonl_reward(" -3 ", "x = -3"), 1.0);
+  EXPECT_EQ(jsonl_reward("12", "12 or 13"), 0.0);
+  EXPECT_EQ(jsonl_reward("yes", "\\boxed{yes}"), 1.0);
+  EXPECT_EQ(jsonl_reward("yes", "no"), 0.0);
+}
+
+}  // namespace
+}  // namespace fp8rl
