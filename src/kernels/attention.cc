@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "kernels/attention_row.h"
+#include "core/thread_pool.h"
 #include "kernels/gemm.h"
 
 namespace fp8rl {
@@ -21,23 +22,22 @@ void attention_forward(float* o, float* probs, const float* q, const float* k, c
   check_shape(s);
   const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
-  std::vector<float> scratch(static_cast<size_t>(s.D));
-  for (int64_t b = 0; b < s.B; ++b) {
-    for (int64_t h = 0; h < s.Hq; ++h) {
-      const int64_t g = h / group;
-      const float* kh = k + b * s.T * ldkv + g * s.D;  // [T, D], row stride ldkv
-      const float* vh = v + b * s.T * ldkv + g * s.D;
-      float* p = probs + (b * s.Hq + h) * s.T * s.T;   // [T, T]
-      for (int64_t t = 0; t < s.T; ++t) {
-        float* row = p + t * s.T;
-        attention_row(
-            o + (b * s.T + t) * ldq + h * s.D, row, q + (b * s.T + t) * ldq + h * s.D, t + 1, s.D, scale, 1.0f,
-            [&](int64_t j, float*) { return kh + j * ldkv; }, [&](int64_t j, float*) { return vh + j * ldkv; },
-            scratch.data());
-        for (int64_t j = t + 1; j < s.T; ++j) row[j] = 0.0f;
-      }
+  // One task per (sequence, head): disjoint outputs, the same arithmetic on any thread.
+  kernel_thread_pool().parallel_for(s.B * s.Hq, [&](int64_t task) {
+    const int64_t b = task / s.Hq, h = task % s.Hq, g = h / group;
+    std::vector<float> scratch(static_cast<size_t>(s.D));
+    const float* kh = k + b * s.T * ldkv + g * s.D;  // [T, D], row stride ldkv
+    const float* vh = v + b * s.T * ldkv + g * s.D;
+    float* p = probs + (b * s.Hq + h) * s.T * s.T;   // [T, T]
+    for (int64_t t = 0; t < s.T; ++t) {
+      float* row = p + t * s.T;
+      attention_row(
+          o + (b * s.T + t) * ldq + h * s.D, row, q + (b * s.T + t) * ldq + h * s.D, t + 1, s.D, scale, 1.0f,
+          [&](int64_t j, float*) { return kh + j * ldkv; }, [&](int64_t j, float*) { return vh + j * ldkv; },
+          scratch.data());
+      for (int64_t j = t + 1; j < s.T; ++j) row[j] = 0.0f;
     }
-  }
+  });
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
