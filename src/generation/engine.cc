@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/timer.h"
+#include "core/thread_pool.h"
 #include "kernels/attention_row.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"
@@ -171,17 +172,14 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
   std::vector<float> qn, kn, rstd(static_cast<size_t>(R * Hq));
   std::vector<float> g(static_cast<size_t>(R * F)), u(g.size()), s(g.size());
   std::vector<int32_t> positions(static_cast<size_t>(R));
-  int64_t max_len = 1;
   for (int64_t r = 0; r < R; ++r) {
     const Row& row = rows[static_cast<size_t>(r)];
     FP8RL_CHECK(row.token >= 0 && row.token < config_.vocab_size, "token id {} outside the vocabulary of {}", row.token,
                 config_.vocab_size);
     std::memcpy(x.data() + r * C, embed_.data() + row.token * C, sizeof(float) * static_cast<size_t>(C));
     positions[static_cast<size_t>(r)] = static_cast<int32_t>(row.pos);
-    max_len = std::max(max_len, row.pos + 1);
   }
   if (config_.qk_norm) qn.resize(q.size()), kn.resize(k.size());
-  std::vector<float> probs(static_cast<size_t>(max_len)), scratch(static_cast<size_t>(D)), qq(static_cast<size_t>(D));
   // The K/V positions each block list must provide to this forward's rows (the same in every
   // layer), widened or decoded to FP32 once per layer below.
   struct DecodedKv {
@@ -248,8 +246,10 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
       }
     }
     const QkvScales sc = fp8_kv ? kv_.scales(l) : QkvScales{1.0f, 1.0f, 1.0f};
-    for (int64_t r = 0; r < R; ++r) {
+    // One task per row (all its heads): disjoint outputs, the same arithmetic on any thread.
+    kernel_thread_pool().parallel_for(R, [&](int64_t r) {
       const Row& row = rows[static_cast<size_t>(r)];
+      std::vector<float> probs(static_cast<size_t>(row.pos + 1)), qq(static_cast<size_t>(D));
       const DecodedKv* prefix = row.prefix != nullptr && row.prefix_len > 0 ? &decoded[decoded_index.at(row.prefix)] : nullptr;
       const DecodedKv* own = row.pos + 1 > row.prefix_len ? &decoded[decoded_index.at(row.own)] : nullptr;
       for (int64_t hd = 0; hd < Hq; ++hd) {
@@ -272,9 +272,9 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
           score_scale = sc.k * softmax_scale;
         }
         attention_row(att.data() + r * QD + hd * D, probs.data(), qh, row.pos + 1, D, score_scale, fp8_kv ? sc.v : 1.0f,
-                      load(true), load(false), scratch.data());
+                      load(true), load(false), nullptr);
       }
-    }
+    });
     round_bf16(att.data(), R * QD);
     linear_forward(e.lin[kO], att.data(), R, tmp.data(), true);
     for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
