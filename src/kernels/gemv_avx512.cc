@@ -14,28 +14,20 @@
 #include "numerics/simd_target.h"
 
 FP8RL_AVX512_BEGIN
+#include "numerics/avx512_codec_inl.h"
 
 namespace fp8rl::gemv_detail {
 namespace {
 
-// E4M3 -> BF16 of one 64-byte chunk stored in the decode's lane order (gemv.h): two vpermi2b
-// lookups, the sign merged with vpternlogd, two byte unpacks; *pair0 and *pair1 are the two
-// vdpbf16ps operands of the chunk.
+// E4M3 -> BF16 of one 64-byte chunk stored in the decode's lane order (gemv.h); *pair0 and
+// *pair1 are the two vdpbf16ps operands of the chunk.
 struct ChunkDecoder {
-  __m512i high0, high1, low0, low1;
-  ChunkDecoder() {
-    const auto& t = detail::e4m3_decode_tables();
-    high0 = _mm512_load_si512(t.bf16_high);
-    high1 = _mm512_load_si512(t.bf16_high + 64);
-    low0 = _mm512_load_si512(t.bf16_low);
-    low1 = _mm512_load_si512(t.bf16_low + 64);
-  }
+  avx512::E4m3Decoder decoder;
   inline void decode(__m512i c, __m512bh* pair0, __m512bh* pair1) const {
-    __m512i high = _mm512_permutex2var_epi8(high0, c, high1);
-    const __m512i low = _mm512_permutex2var_epi8(low0, c, low1);
-    high = _mm512_ternarylogic_epi32(high, c, _mm512_set1_epi8(static_cast<char>(0x80)), 0xF8);  // high | (c & 0x80)
-    *pair0 = (__m512bh)_mm512_unpacklo_epi8(low, high);
-    *pair1 = (__m512bh)_mm512_unpackhi_epi8(low, high);
+    __m512i lo, hi;
+    decoder.decode64_lane_order(c, &lo, &hi);
+    *pair0 = (__m512bh)lo;
+    *pair1 = (__m512bh)hi;
   }
 };
 

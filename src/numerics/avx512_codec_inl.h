@@ -100,7 +100,12 @@ class E4m3Decoder {
   }
 
   inline void decode64(__m512i codes, __m512i* out_lo, __m512i* out_hi) const {
-    const __m512i c = _mm512_permutexvar_epi8(order_, codes);
+    decode64_lane_order(_mm512_permutexvar_epi8(order_, codes), out_lo, out_hi);
+  }
+
+  // The same without the initial permutation: for codes already stored in the lane order above
+  // (the packed GEMV weights), out_lo / out_hi hold the lane-interleaved BF16 results.
+  inline void decode64_lane_order(__m512i c, __m512i* out_lo, __m512i* out_hi) const {
     // vpermi2b uses index bits 0..6, so the sign bit does not disturb the lookup.
     __m512i high = _mm512_permutex2var_epi8(high0_, c, high1_);
     const __m512i low = _mm512_permutex2var_epi8(low0_, c, low1_);
