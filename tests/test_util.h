@@ -14,6 +14,7 @@ namespace fp8rl::testing {
 inline std::vector<Isa> available_isas() {
   std::vector<Isa> isas = {Isa::kPortable};
   if (cpu_features().has_avx512_kernels()) isas.push_back(Isa::kAvx512);
+  if (cpu_features().has_amx_kernels()) isas.push_back(Isa::kAmx);
   return isas;
 }
 

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 namespace fp8rl::bench {
 
 double peak_bf16_dot_gflops(int64_t iterations);  // AVX-512 region at the end of this file
+double peak_amx_bf16_gflops(int64_t iterations);  // AMX region at the end of this file
 
 namespace {
 
@@ -138,6 +140,15 @@ double time_cold(const std::function<void()>& fn, int repeats, const AlignedBuff
   return median(times);
 }
 
+// The levels whose GEMMs and GEMVs the bench compares: AVX-512 and AMX where present.
+std::vector<Isa> fast_isas() {
+  std::vector<Isa> isas;
+  if (cpu_features().has_avx512_kernels()) isas.push_back(Isa::kAvx512);
+  if (cpu_features().has_amx_kernels()) isas.push_back(Isa::kAmx);
+  if (isas.empty()) isas.push_back(Isa::kPortable);
+  return isas;
+}
+
 // Decode GEMV on 8192 x 8192 weights (128 MiB in BF16, 64 MiB in FP8), cold, and the refit's
 // packing of the FP8 weights from the FP32 master.
 void run_gemv_cases(const BenchOptions& options, double bandwidth) {
@@ -155,35 +166,45 @@ void run_gemv_cases(const BenchOptions& options, double bandwidth) {
   for (size_t i = 0; i < flush.size(); ++i) flush[i] = i;
   std::vector<float> y(static_cast<size_t>(kGemvMaxRows * N));
 
-  std::map<std::pair<int64_t, int>, double> bf16_tokens;  // (M, threads) -> tokens/s
-  for (const char* name : {"gemv_bf16", "gemv_fp8"})
-    for (int64_t M : {int64_t{1}, int64_t{8}})
-      for (int threads : kThreadCounts) {
-        const bool fp8 = std::string(name) == "gemv_fp8";
-        const GemvOptions o{Isa::kAuto, threads, false};
-        const QuantizedTensor xq = quantize(TensorView::contiguous(const_cast<float*>(xf.data()), DType::kF32, Shape{M, K}),
-                                            ScalingMode::kRows1x128, ScaleFormat::kFp32);
-        const PackedGemvWeights& w = fp8 ? w8 : wb;
-        const double seconds = time_cold(
-            [&] {
-              if (fp8) {
-                gemv_fp8(w, xq.rowwise, y.data(), N, o);
-              } else {
-                gemv_bf16(w, M, xh.data(), K, y.data(), N, o);
-              }
-            },
-            options.repeats, flush);
-        const double gbps = static_cast<double>(w.weight_bytes()) / seconds / 1e9, tokens = static_cast<double>(M) / seconds;
-        nlohmann::ordered_json r = {{"suite", "kernels"}, {"case", name}, {"shape", fmt::format("{}x{}x{}", M, N, K)},
-                                    {"M", M}, {"activations", fp8 ? "fp8_1x128" : "bf16"},
-                                    {"isa", isa_name(resolve_isa(Isa::kAuto))}, {"threads", threads},
-                                    {"seconds", seconds}, {"gbps", gbps}, {"tokens_per_s", tokens},
-                                    {"limit", "read_bandwidth"}, {"limit_gbps", bandwidth},
-                                    {"ratio_to_limit", gbps / bandwidth}};
-        if (!fp8) bf16_tokens[{M, threads}] = tokens;
-        if (fp8) r["speedup_vs_gemv_bf16"] = tokens / bf16_tokens[{M, threads}];
-        emit(r, options);
-      }
+  std::map<std::tuple<Isa, int64_t, int>, double> bf16_tokens;  // (isa, M, threads) -> tokens/s
+  for (Isa isa : fast_isas())
+    for (const char* name : {"gemv_bf16", "gemv_fp8"})
+      for (int64_t M : {int64_t{1}, int64_t{8}})
+        for (int threads : kThreadCounts) {
+          const bool fp8 = std::string(name) == "gemv_fp8";
+          const GemvOptions o{isa, threads, false};
+          const QuantizedTensor xq =
+              quantize(TensorView::contiguous(const_cast<float*>(xf.data()), DType::kF32, Shape{M, K}),
+                       ScalingMode::kRows1x128, ScaleFormat::kFp32);
+          const PackedGemvWeights& w = fp8 ? w8 : wb;
+          const double seconds = time_cold(
+              [&] {
+                if (fp8) {
+                  gemv_fp8(w, xq.rowwise, y.data(), N, o);
+                } else {
+                  gemv_bf16(w, M, xh.data(), K, y.data(), N, o);
+                }
+              },
+              options.repeats, flush);
+          const double gbps = static_cast<double>(w.weight_bytes()) / seconds / 1e9,
+                       tokens = static_cast<double>(M) / seconds;
+          nlohmann::ordered_json r = {{"suite", "kernels"},
+                                      {"case", name},
+                                      {"shape", fmt::format("{}x{}x{}", M, N, K)},
+                                      {"M", M},
+                                      {"activations", fp8 ? "fp8_1x128" : "bf16"},
+                                      {"isa", isa_name(isa)},
+                                      {"threads", threads},
+                                      {"seconds", seconds},
+                                      {"gbps", gbps},
+                                      {"tokens_per_s", tokens},
+                                      {"limit", "read_bandwidth"},
+                                      {"limit_gbps", bandwidth},
+                                      {"ratio_to_limit", gbps / bandwidth}};
+          if (!fp8) bf16_tokens[{isa, M, threads}] = tokens;
+          if (fp8) r["speedup_vs_gemv_bf16"] = tokens / bf16_tokens[{isa, M, threads}];
+          emit(r, options);
+        }
 
   for (int threads : kThreadCounts) {
     const GemvOptions o{Isa::kAuto, threads, false};
@@ -231,6 +252,13 @@ void run_kernels_bench(const BenchOptions& options) {
     peak = median(runs);
     emit({{"suite", "kernels"}, {"case", "peak_bf16_dot"}, {"threads", 1}, {"gflops", peak}}, options);
   }
+  double peak_amx = 0.0;
+  if (cpu_features().has_amx_kernels()) {
+    std::vector<double> runs;
+    for (int i = 0; i < options.repeats; ++i) runs.push_back(peak_amx_bf16_gflops(2'000'000));
+    peak_amx = median(runs);
+    emit({{"suite", "kernels"}, {"case", "peak_amx_bf16"}, {"threads", 1}, {"gflops", peak_amx}}, options);
+  }
   const double bandwidth = measure_read_bandwidth_gbps(int64_t{1} << 30, options.repeats);
   emit({{"suite", "kernels"}, {"case", "read_bandwidth"}, {"threads", 1}, {"gbps", bandwidth}, {"bytes", int64_t{1} << 30}},
        options);
@@ -269,20 +297,27 @@ void run_kernels_bench(const BenchOptions& options) {
       cases.push_back({"gemm_fp8_wgrad", [&](const GemmOptions& o) { gemm_nt_fp8(*g.columnwise, *x.columnwise, c.data(), s.K, false, o); }});
     }
     for (const Case& cs : cases)
-      for (int threads : kThreadCounts) {
-        const GemmOptions o{Isa::kAuto, threads, false};
-        const double seconds = time_median([&] { cs.run(o); }, options.repeats);
-        nlohmann::ordered_json r = {{"suite", "kernels"}, {"case", cs.name}, {"shape", s.str()},
-                                    {"isa", isa_name(resolve_isa(Isa::kAuto))}, {"threads", threads},
-                                    {"seconds", seconds}, {"gflops", s.flops() / seconds / 1e9}};
-        if (peak > 0) {
-          r["limit"] = "peak_bf16_dot x threads";
-          r["limit_gflops"] = peak * threads;
-          r["ratio_to_limit"] = s.flops() / seconds / 1e9 / (peak * threads);
+      for (Isa isa : fast_isas())
+        for (int threads : kThreadCounts) {
+          if (isa == Isa::kAmx && std::string(cs.name) == "gemm_fp32") continue;  // FP32 has no AMX path
+          const GemmOptions o{isa, threads, false};
+          const double seconds = time_median([&] { cs.run(o); }, options.repeats);
+          nlohmann::ordered_json r = {{"suite", "kernels"},
+                                      {"case", cs.name},
+                                      {"shape", s.str()},
+                                      {"isa", isa_name(isa)},
+                                      {"threads", threads},
+                                      {"seconds", seconds},
+                                      {"gflops", s.flops() / seconds / 1e9}};
+          const double limit = isa == Isa::kAmx ? peak_amx : peak;
+          if (limit > 0) {
+            r["limit"] = isa == Isa::kAmx ? "peak_amx_bf16 x threads" : "peak_bf16_dot x threads";
+            r["limit_gflops"] = limit * threads;
+            r["ratio_to_limit"] = s.flops() / seconds / 1e9 / (limit * threads);
+          }
+          add_peer(r, peers, threads, s.str());
+          emit(r, options);
         }
-        add_peer(r, peers, threads, s.str());
-        emit(r, options);
-      }
   }
   run_gemv_cases(options, bandwidth);
 }
@@ -315,3 +350,39 @@ double peak_bf16_dot_gflops(int64_t iterations) {
 
 }  // namespace fp8rl::bench
 FP8RL_AVX512_END
+
+FP8RL_AMX_BEGIN
+#include "kernels/amx_tiles_inl.h"  // inside the region by design (see that header)
+namespace fp8rl::bench {
+
+// Register-only AMX: four independent 16 x 16 accumulator tiles; each tile dot product is
+// 16 x 16 x 32 multiply-adds = 16384 flops.
+double peak_amx_bf16_gflops(int64_t iterations) {
+  amx::configure_16x64_tiles();
+  alignas(64) static uint16_t operand[16 * 32];
+  for (uint16_t& v : operand) v = 0x3380;  // tiny, so sums stay finite
+  alignas(64) float out[16 * 16];
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  Timer t;
+  for (int64_t it = 0; it < iterations; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  const double seconds = t.seconds();
+  _tile_stored(0, out, 64);
+  volatile float sink = out[0];
+  (void)sink;
+  return static_cast<double>(iterations) * 4 * 16384 / seconds / 1e9;
+}
+
+}  // namespace fp8rl::bench
+FP8RL_AMX_END

@@ -15,24 +15,42 @@ struct CpuFeatures {
   bool avx512_bf16 = false;
   bool avx512_vbmi = false;
   bool avx512_vnni = false;
+  bool amx_tile = false;
   bool amx_bf16 = false;
-  bool os_saves_zmm = false;  // XCR0 has the opmask / ZMM state bits
+  bool os_saves_zmm = false;    // XCR0 has the opmask / ZMM state bits
+  bool os_saves_tiles = false;  // XCR0 has the AMX TILECFG / TILEDATA bits
+  bool amx_permitted = false;   // Linux granted this process the tile data state (arch_prctl)
 
   // Everything the AVX-512 kernels use: F, BW, VL, DQ, BF16, VBMI, with OS support.
   bool has_avx512_kernels() const {
     return os_saves_zmm && avx512f && avx512bw && avx512vl && avx512dq && avx512_bf16 && avx512_vbmi;
+  }
+  // AMX BF16 tiles usable by this process (on top of the AVX-512 kernels).
+  bool has_amx_kernels() const {
+    return has_avx512_kernels() && amx_tile && amx_bf16 && os_saves_tiles && amx_permitted;
   }
   std::string describe() const;  // e.g. "avx2 fma avx512f ... (avx512 kernels: yes)"
 };
 
 const CpuFeatures& cpu_features();
 
-// Which implementation the dispatchers pick. kAuto picks the best the CPU supports; tests and
-// benchmarks pass an explicit level to compare paths.
-enum class Isa { kAuto, kPortable, kAvx512 };
+// Which implementation the dispatchers pick. kAuto picks the best the CPU supports, capped by the
+// environment variable FP8RL_ISA (portable, avx512 or amx) when it is set; tests and benchmarks
+// pass an explicit level to compare paths.
+//   kPortable: plain x86-64 everywhere.
+//   kAvx512:   the AVX-512 kernels (vdpbf16ps GEMMs).
+//   kAmx:      the AVX-512 kernels, except that the BF16 and FP8 GEMMs and the decode GEMV run on
+//              AMX tiles. AMX sums a 32-element chunk of K in its own order, so its products differ
+//              in the last bits from the other levels; GEMM and GEMV rows still agree with each
+//              other bit for bit (docs/kernels.md).
+enum class Isa { kAuto, kPortable, kAvx512, kAmx };
 
-// Resolves kAuto; throws fp8rl::Error if kAvx512 is requested on a CPU without it.
+// Resolves kAuto; throws fp8rl::Error if a level is requested that this CPU (or OS) lacks.
 Isa resolve_isa(Isa requested);
+// Whether a resolved level runs the AVX-512 kernels (kAvx512 and kAmx do).
+inline bool uses_avx512(Isa resolved) { return resolved == Isa::kAvx512 || resolved == Isa::kAmx; }
 const char* isa_name(Isa isa);
+// Parses "auto", "portable", "avx512" or "amx"; throws fp8rl::Error naming `what` otherwise.
+Isa parse_isa(const std::string& name, const std::string& what);
 
 }  // namespace fp8rl

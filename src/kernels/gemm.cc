@@ -15,8 +15,12 @@ using gemm_detail::OperandType;
 const gemm_detail::GemmBackend& backend_for(OperandType type, const GemmOptions& options) {
   // Every back-end below is batch invariant (and gives the same rows as the decode GEMV of the
   // same ISA), so `batch_invariant` does not narrow the choice yet.
-  return resolve_isa(options.isa) == Isa::kAvx512 ? gemm_detail::gemm_backend_avx512(type)
-                                                  : gemm_detail::gemm_backend_portable(type);
+  switch (resolve_isa(options.isa)) {
+    case Isa::kAmx:  // FP32 has no AMX path
+      return type == OperandType::kF32 ? gemm_detail::gemm_backend_avx512(type) : gemm_detail::gemm_backend_amx(type);
+    case Isa::kAvx512: return gemm_detail::gemm_backend_avx512(type);
+    default: return gemm_detail::gemm_backend_portable(type);
+  }
 }
 
 void check_shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {

@@ -51,7 +51,8 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
   std::byte* b_pack = reserve(buf.b, static_cast<size_t>(b_panels_max * b_panel_bytes));
   float* a_scales = be.blockwise ? reserve(buf.a_scales, static_cast<size_t>(a_panels_max * slices_max * be.mr)) : nullptr;
   float* b_scales = be.blockwise ? reserve(buf.b_scales, static_cast<size_t>(b_panels_max * slices_max * be.nr)) : nullptr;
-  alignas(64) float edge_tile[16 * 64] = {};  // MR x NR tiles up to 16 x 64; padding lanes stay finite
+  alignas(64) float edge_tile[16 * 64] = {};  // MR x NR tiles up to 1024 elements; padding lanes stay finite
+  if (be.prepare) be.prepare();
 
   for (int64_t pc = 0; pc < p.K; pc += be.kc_block) {
     const int64_t kc = std::min(be.kc_block, p.K - pc);

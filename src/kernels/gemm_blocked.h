@@ -57,6 +57,7 @@ struct GemmBackend {
   PackPanelFn pack_a = nullptr;
   PackPanelFn pack_b = nullptr;
   MicroKernelFn kernel = nullptr;
+  void (*prepare)() = nullptr;  // run by each task before its first kernel (AMX: tile config)
 };
 
 struct GemmProblem {
@@ -74,5 +75,7 @@ void gemm_blocked(const GemmProblem& problem, const GemmBackend& backend, int th
 // the CPU has AVX-512 BF16 (resolve_isa() said kAvx512).
 const GemmBackend& gemm_backend_portable(OperandType type);
 const GemmBackend& gemm_backend_avx512(OperandType type);
+// AMX (resolve_isa() said kAmx): BF16 and FP8 only; FP32 stays on the AVX-512 back-end.
+const GemmBackend& gemm_backend_amx(OperandType type);
 
 }  // namespace fp8rl::gemm_detail

@@ -58,21 +58,38 @@ void pack_activations_bf16(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, P
   std::fill(out.scales.begin(), out.scales.end(), 1.0f);
 }
 
+// x.tiles from x.pairs (the AMX operand layout, gemv_kernels.h).
+void pack_activation_tiles(PackedActivations& x) {
+  const int64_t pairs = ceil_div(x.K, 2), chunks = ceil_div(pairs, 16);
+  if (x.tiles.size() != static_cast<size_t>(chunks * 256))
+    x.tiles = AlignedBuffer<uint32_t>(static_cast<size_t>(chunks * 256));
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t m = 0; m < kGemvMaxRows; ++m)
+      for (int64_t w = 0; w < 16; ++w) {
+        const int64_t p = c * 16 + w;
+        x.tiles[static_cast<size_t>((c * 16 + m) * 16 + w)] =
+            m < x.M && p < pairs ? x.pairs[static_cast<size_t>(p * x.M + m)] : 0u;
+      }
+}
+
 void check_call(const PackedGemvWeights& W, int64_t M, int64_t ldy) {
   FP8RL_CHECK(!W.data.empty(), "gemv: weights are not packed");
   FP8RL_CHECK(M >= 1 && M <= kGemvMaxRows, "gemv: M must be in 1..{}, got {} (split larger batches)", kGemvMaxRows, M);
   FP8RL_CHECK(ldy >= W.rows, "gemv: ldy {} < N {}", ldy, W.rows);
 }
 
-void run(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, const GemvOptions& options) {
-  const bool avx512 = resolve_isa(options.isa) == Isa::kAvx512;
+void run(const PackedGemvWeights& W, PackedActivations& x, float* y, int64_t ldy, const GemvOptions& options) {
+  const Isa isa = resolve_isa(options.isa);
+  if (isa == Isa::kAmx) pack_activation_tiles(x);
   // Tasks of 8 strips (128 rows): large enough to amortise the hand-out, small enough to balance.
   const int64_t strips = W.strips(), per_task = 8;
   kernel_thread_pool().parallel_for(
       ceil_div(strips, per_task),
       [&](int64_t t) {
         const int64_t s0 = t * per_task, s1 = std::min(strips, s0 + per_task);
-        if (avx512) {
+        if (isa == Isa::kAmx) {
+          gemv_detail::gemv_strips_amx(W, x, y, ldy, s0, s1);
+        } else if (isa == Isa::kAvx512) {
           gemv_detail::gemv_strips_avx512(W, x, y, ldy, s0, s1);
         } else {
           gemv_detail::gemv_strips_portable(W, x, y, ldy, s0, s1);
@@ -91,7 +108,7 @@ void pack_gemv_weights_bf16(const bf16_t* W, int64_t N, int64_t K, int64_t ldw, 
                             const GemvOptions& options) {
   FP8RL_CHECK(ldw >= K, "gemv weights: ldw {} < K {}", ldw, K);
   shape_packed(out, GemvWeightType::kBF16, N, K);
-  const bool avx512 = resolve_isa(options.isa) == Isa::kAvx512;
+  const bool avx512 = uses_avx512(resolve_isa(options.isa));
   for_each_band(N, options.threads, [&](int64_t band) {
     const int64_t r0 = band * kQuantBlock, rows = std::min(kQuantBlock, N - r0);
     uint8_t* dst = out.data.data() + (r0 / kGemvStrip) * out.strip_bytes();
@@ -106,7 +123,7 @@ void pack_gemv_weights_bf16(const bf16_t* W, int64_t N, int64_t K, int64_t ldw, 
 void pack_gemv_weights_fp8(const QuantizedMatrix& W, PackedGemvWeights& out, const GemvOptions& options) {
   FP8RL_CHECK(W.mode == ScalingMode::kBlocks128x128, "gemv weights: FP8 W must be quantized 128x128, got {}", W.str());
   shape_packed(out, GemvWeightType::kFP8, W.rows, W.cols);
-  const bool avx512 = resolve_isa(options.isa) == Isa::kAvx512;
+  const bool avx512 = uses_avx512(resolve_isa(options.isa));
   std::copy(W.scale_inv.begin(), W.scale_inv.end(), out.scales.begin());
   for_each_band(W.rows, options.threads, [&](int64_t band) {
     const int64_t r0 = band * kQuantBlock, rows = std::min(kQuantBlock, W.rows - r0);
@@ -138,7 +155,7 @@ void pack_gemv_weights_fp8(const float* W, int64_t N, int64_t K, int64_t ldw, Sc
     std::copy(scratch.rowwise.scale_inv.begin(), scratch.rowwise.scale_inv.end(),
               out.scales.begin() + band * scale_cols);
     uint8_t* dst = out.data.data() + (r0 / kGemvStrip) * out.strip_bytes();
-    if (isa == Isa::kAvx512) {
+    if (uses_avx512(isa)) {
       gemv_detail::pack_fp8_strips_avx512(scratch.rowwise.codes.data(), rows, K, K, dst);
     } else {
       gemv_detail::pack_fp8_strips_portable(scratch.rowwise.codes.data(), rows, K, K, dst);

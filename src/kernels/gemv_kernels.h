@@ -12,11 +12,14 @@ namespace fp8rl::gemv_detail {
 // Activations packed for the kernels:
 //   pairs  [ceil(K/2)][M] 32-bit words, each a BF16 pair (x[m][2p], x[m][2p+1]), zero past K,
 //          so one cache line holds pair p of every sequence;
-//   scales [M][ceil(K/128)] f32 dequantization scales of x (1 for BF16 activations).
+//   scales [M][ceil(K/128)] f32 dequantization scales of x (1 for BF16 activations);
+//   tiles  (AMX only) [ceil(K/32)][16 rows][16 pairs] words: chunk c of K for every sequence as
+//          one 16 x 64-byte AMX tile, rows past M and pairs past K zero.
 struct PackedActivations {
   int64_t M = 0, K = 0;
   AlignedBuffer<uint32_t> pairs;
   AlignedBuffer<float> scales;
+  AlignedBuffer<uint32_t> tiles;
 };
 
 // Byte position, inside a 64-byte FP8 chunk, of natural byte i (i = 32 * pair + 2 * row + k).
@@ -28,6 +31,8 @@ void gemv_strips_portable(const PackedGemvWeights& W, const PackedActivations& x
                           int64_t s1);
 void gemv_strips_avx512(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
                         int64_t s1);
+void gemv_strips_amx(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
+                     int64_t s1);  // needs x.tiles
 
 // Pack `rows` rows (<= 16 * strips) of codes [rows, K] (row stride ld) into consecutive strips
 // at `out`, zero-padding rows and K.

@@ -20,32 +20,32 @@ const E4m3DecodeTables& e4m3_decode_tables() {
 }  // namespace detail
 
 void e4m3_encode_f32(const float* in, uint8_t* out, int64_t n, Isa isa) {
-  if (resolve_isa(isa) == Isa::kAvx512) return detail::e4m3_encode_f32_avx512(in, out, n);
+  if (uses_avx512(resolve_isa(isa))) return detail::e4m3_encode_f32_avx512(in, out, n);
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_e4m3(in[i]);
 }
 
 void e4m3_decode_f32(const uint8_t* in, float* out, int64_t n, Isa isa) {
-  if (resolve_isa(isa) == Isa::kAvx512) return detail::e4m3_decode_f32_avx512(in, out, n);
+  if (uses_avx512(resolve_isa(isa))) return detail::e4m3_decode_f32_avx512(in, out, n);
   for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(in[i]);
 }
 
 void e4m3_decode_bf16(const uint8_t* in, bf16_t* out, int64_t n, Isa isa) {
-  if (resolve_isa(isa) == Isa::kAvx512) return detail::e4m3_decode_bf16_avx512(in, out, n);
+  if (uses_avx512(resolve_isa(isa))) return detail::e4m3_decode_bf16_avx512(in, out, n);
   for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_bf16(in[i]);
 }
 
 void bf16_encode_f32(const float* in, bf16_t* out, int64_t n, Isa isa) {
-  if (resolve_isa(isa) == Isa::kAvx512) return detail::bf16_encode_f32_avx512(in, out, n);
+  if (uses_avx512(resolve_isa(isa))) return detail::bf16_encode_f32_avx512(in, out, n);
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
 }
 
 void bf16_decode_f32(const bf16_t* in, float* out, int64_t n, Isa isa) {
-  if (resolve_isa(isa) == Isa::kAvx512) return detail::bf16_decode_f32_avx512(in, out, n);
+  if (uses_avx512(resolve_isa(isa))) return detail::bf16_decode_f32_avx512(in, out, n);
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(in[i]);
 }
 
 void bf16_round_f32(float* x, int64_t n, Isa isa) {
-  if (resolve_isa(isa) == Isa::kAvx512) return detail::bf16_round_f32_avx512(x, n);
+  if (uses_avx512(resolve_isa(isa))) return detail::bf16_round_f32_avx512(x, n);
   for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
 }
 

@@ -22,7 +22,7 @@ constexpr int64_t kB = kQuantBlock;
 constexpr int64_t kColPanel = 512;
 
 const QuantizeKernels& kernels_for(Isa isa) {
-  return resolve_isa(isa) == Isa::kAvx512 ? detail::quantize_kernels_avx512() : detail::quantize_kernels_portable();
+  return uses_avx512(resolve_isa(isa)) ? detail::quantize_kernels_avx512() : detail::quantize_kernels_portable();
 }
 
 // A read-only 2-D source: rows `ld` elements apart, `elem` bytes per element.

@@ -13,3 +13,10 @@
   _Pragma("GCC push_options") \
   _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,bmi2\")")
 #define FP8RL_AVX512_END _Pragma("GCC pop_options")
+
+// The same for the AMX kernels (AVX-512 plus AMX tiles with BF16 dot products). Reached only
+// where cpu_features().has_amx_kernels() holds.
+#define FP8RL_AMX_BEGIN \
+  _Pragma("GCC push_options") \
+  _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,bmi2,amx-tile,amx-bf16\")")
+#define FP8RL_AMX_END _Pragma("GCC pop_options")

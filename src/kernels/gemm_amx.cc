@@ -1,0 +1,170 @@
+// AMX back-end of the blocked GEMM, BF16 and FP8 (needs AMX-TILE, AMX-BF16 and the AVX-512
+// kernels; FP32 GEMMs stay on gemm_avx512.cc).
+//
+// Register tile 32 x 32 = four 16 x 16 FP32 accumulator tiles (tmm0-3), fed per 32-element chunk
+// of K by two A tiles (rows 0-15, 16-31: tmm4-5) and two B tiles (columns 0-15, 16-31: tmm6-7).
+//   A panel [ceil(kc/32) chunks][32 rows][32] bf16: one chunk of a row is one 64-byte tile row.
+//   B panel [ceil(kc/32) chunks][16 pairs][32 columns][2] bf16: the AVX-512 back-end's pair layout
+//     (zero pairs appended up to a whole chunk), which already is the tile layout AMX wants for B
+//     (row p = pair p of K for every column); each B tile is read with a 128-byte row stride.
+//   FP8: the AVX-512 packers decode the codes to BF16 exactly; the kernel sums each 128-slice of K
+//     in zeroed tiles and promotes it into C with the two scales, multiply then add (section 4).
+// Summation order: an AMX dot product adds one 32-element chunk into the accumulator in its own
+// order (not the vdpbf16ps pair sequence; docs/kernels.md). Chunks start at k = 0 and at every
+// kc_block, a multiple of 128, and K is zero-padded to a whole chunk: the decode GEMV's AMX path
+// (gemv_amx.cc) runs the same chunks, so its rows are bit-identical to these.
+#include <algorithm>
+#include <cstring>
+
+#include "core/aligned_buffer.h"
+#include "kernels/gemm_blocked.h"
+#include "numerics/quantized_tensor.h"
+#include "numerics/simd_target.h"
+
+FP8RL_AMX_BEGIN
+#include "kernels/amx_tiles_inl.h"  // inside the region by design (see that header)
+
+namespace fp8rl::gemm_detail {
+namespace {
+
+constexpr int kMr = 32;
+constexpr int kNr = 32;
+constexpr int64_t kChunkPairs = 16;  // pairs of K per tile dot product (32 elements)
+
+int64_t chunks_of(int64_t kc) { return (kc + 2 * kChunkPairs - 1) / (2 * kChunkPairs); }
+
+// B: the AVX-512 pair layout [pairs][32][2] with zero pairs up to a whole chunk.
+void pack_b_amx(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
+                float* scales) {
+  gemm_backend_avx512(op.type).pack_b(op, r0, rows, tile, k0, kc, panel, scales);
+  const int64_t pairs = (kc + 1) / 2, padded = chunks_of(kc) * kChunkPairs;
+  std::memset(static_cast<uint32_t*>(panel) + pairs * tile, 0, static_cast<size_t>((padded - pairs) * tile) * 4);
+}
+
+// A: packed in the pair layout [pairs][32] words first, then each chunk's 16 pairs x 32 rows are
+// transposed to [32 rows][16 pairs] (zero past the last pair).
+void pack_a_amx(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
+                float* scales) {
+  thread_local AlignedBuffer<uint32_t> pairs_layout;
+  const int64_t pairs = (kc + 1) / 2, chunks = chunks_of(kc);
+  if (pairs_layout.size() < static_cast<size_t>(chunks * kChunkPairs * tile))
+    pairs_layout = AlignedBuffer<uint32_t>(static_cast<size_t>(chunks * kChunkPairs * tile));
+  gemm_backend_avx512(op.type).pack_a(op, r0, rows, tile, k0, kc, pairs_layout.data(), scales);
+  std::memset(pairs_layout.data() + pairs * tile, 0, static_cast<size_t>((chunks * kChunkPairs - pairs) * tile) * 4);
+  auto* out = static_cast<uint32_t*>(panel);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const uint32_t* src = pairs_layout.data() + c * kChunkPairs * tile;
+    uint32_t* dst = out + c * kChunkPairs * tile;
+    for (int half = 0; half < tile / 16; ++half) {
+      __m512i v[16];  // v[p] = pair p of rows 16 half .. 16 half + 15
+      for (int p = 0; p < 16; ++p) v[p] = _mm512_loadu_si512(src + p * tile + 16 * half);
+      amx::transpose16x16_epi32(v);
+      for (int r = 0; r < 16; ++r) _mm512_storeu_si512(dst + (16 * half + r) * kChunkPairs, v[r]);
+    }
+  }
+}
+
+// tmm4/5 = A rows 0-15/16-31 and tmm6/7 = B columns 0-15/16-31 of chunk c; tmm0-3 += A B.
+inline void dot_chunk(const uint8_t* a, const uint8_t* b, int64_t c) {
+  const uint8_t* ac = a + c * kMr * 64;
+  const uint8_t* bc = b + c * kChunkPairs * kNr * 4;
+  _tile_loadd(4, ac, 64);
+  _tile_loadd(5, ac + 16 * 64, 64);
+  _tile_loadd(6, bc, kNr * 4);
+  _tile_loadd(7, bc + 64, kNr * 4);
+  _tile_dpbf16ps(0, 4, 6);
+  _tile_dpbf16ps(1, 4, 7);
+  _tile_dpbf16ps(2, 5, 6);
+  _tile_dpbf16ps(3, 5, 7);
+}
+
+void zero_accumulators() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
+// The four accumulator tiles to a 32 x 32 FP32 block with row stride ld.
+void store_accumulators(float* c, int64_t ld) {
+  _tile_stored(0, c, ld * 4);
+  _tile_stored(1, c + 16, ld * 4);
+  _tile_stored(2, c + 16 * ld, ld * 4);
+  _tile_stored(3, c + 16 * ld + 16, ld * 4);
+}
+
+void kernel_bf16(int64_t kc, const void* a_panel, const void* b_panel, const float*, const float*, float* c,
+                 int64_t ldc, bool load_c) {
+  if (load_c) {
+    _tile_loadd(0, c, ldc * 4);
+    _tile_loadd(1, c + 16, ldc * 4);
+    _tile_loadd(2, c + 16 * ldc, ldc * 4);
+    _tile_loadd(3, c + 16 * ldc + 16, ldc * 4);
+  } else {
+    zero_accumulators();
+  }
+  const auto* a = static_cast<const uint8_t*>(a_panel);
+  const auto* b = static_cast<const uint8_t*>(b_panel);
+  for (int64_t ch = 0; ch < chunks_of(kc); ++ch) dot_chunk(a, b, ch);
+  store_accumulators(c, ldc);
+}
+
+void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const float* sa, const float* sb, float* c,
+                int64_t ldc, bool load_c) {
+  const auto* a = static_cast<const uint8_t*>(a_panel);
+  const auto* b = static_cast<const uint8_t*>(b_panel);
+  constexpr int64_t kSliceChunks = kQuantBlock / (2 * kChunkPairs);
+  const int64_t chunks = chunks_of(kc);
+  alignas(64) float slice[kMr * kNr];
+  for (int64_t s = 0; s * kSliceChunks < chunks; ++s) {
+    zero_accumulators();
+    for (int64_t ch = s * kSliceChunks; ch < std::min(chunks, (s + 1) * kSliceChunks); ++ch) dot_chunk(a, b, ch);
+    store_accumulators(slice, kNr);
+    // Promotion: running = running + slice * (s_a * s_b), as in the AVX-512 kernel and the twin.
+    const bool continued = load_c || s > 0;
+    for (int m = 0; m < kMr; ++m) {
+      const __m512 scale_a = _mm512_set1_ps(sa[s * kMr + m]);
+      for (int v = 0; v < kNr / 16; ++v) {
+        const __m512 scale = _mm512_mul_ps(scale_a, _mm512_loadu_ps(sb + s * kNr + 16 * v));
+        float* cv = c + m * ldc + 16 * v;
+        const __m512 running = continued ? _mm512_loadu_ps(cv) : _mm512_setzero_ps();
+        _mm512_storeu_ps(cv, _mm512_add_ps(running, _mm512_mul_ps(_mm512_load_ps(slice + m * kNr + 16 * v), scale)));
+      }
+    }
+  }
+}
+
+GemmBackend make_backend(OperandType type) {
+  GemmBackend be;
+  be.mr = kMr;
+  be.nr = kNr;
+  be.k_group = 2;
+  be.element_bytes = 2;
+  be.kc_block = 512;  // A and B panels 32 KiB each; a multiple of 128 (FP8 slices) and of 32 (chunks)
+  be.mc_block = 256;
+  be.nc_block = 512;
+  be.pack_a = pack_a_amx;
+  be.pack_b = pack_b_amx;
+  be.prepare = amx::configure_16x64_tiles;
+  if (type == OperandType::kFP8) {
+    be.name = "amx-fp8";
+    be.blockwise = true;
+    be.kernel = kernel_fp8;
+  } else {
+    be.name = "amx-bf16";
+    be.kernel = kernel_bf16;
+  }
+  return be;
+}
+
+}  // namespace
+
+const GemmBackend& gemm_backend_amx(OperandType type) {
+  static const GemmBackend bf16 = make_backend(OperandType::kBF16);
+  static const GemmBackend fp8 = make_backend(OperandType::kFP8);
+  return type == OperandType::kFP8 ? fp8 : bf16;
+}
+
+}  // namespace fp8rl::gemm_detail
+
+FP8RL_AMX_END
