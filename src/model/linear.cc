@@ -11,12 +11,13 @@
 namespace fp8rl {
 
 namespace {
-// Quantizes x [rows, cols] 1x128 with its column-wise copy into `q`, reusing q's storage when
-// the shape matches.
-void quantize_activation(const float* x, int64_t rows, int64_t cols, ScaleFormat format, QuantizedTensor& q) {
+// Quantizes x [rows, cols] 1x128 (with its column-wise copy if asked) into `q`, reusing q's
+// storage when the shape matches.
+void quantize_activation(const float* x, int64_t rows, int64_t cols, ScaleFormat format, bool with_columnwise,
+                         QuantizedTensor& q) {
   const TensorView v = TensorView::contiguous(const_cast<float*>(x), DType::kF32, Shape{rows, cols});
-  if (q.rows() != rows || q.cols() != cols || !q.columnwise || q.scale_format != format)
-    q = QuantizedTensor(ScalingMode::kRows1x128, rows, cols, format, /*with_columnwise=*/true);
+  if (q.rows() != rows || q.cols() != cols || q.columnwise.has_value() != with_columnwise || q.scale_format != format)
+    q = QuantizedTensor(ScalingMode::kRows1x128, rows, cols, format, with_columnwise);
   quantize_into(v, q);
 }
 
@@ -47,7 +48,7 @@ void Linear::refresh_weights(const float* master) {
     quantize_into(TensorView::contiguous(const_cast<float*>(master), DType::kF32, Shape{N_, K_}), w_fp8_);
 }
 
-void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache) const {
+void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bool save_for_backward) const {
   FP8RL_CHECK(w_master_ != nullptr, "linear '{}': refresh_weights was never called", name_);
   switch (precision_) {
     case Precision::kF32:
@@ -59,7 +60,7 @@ void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache) co
       gemm_nt_bf16(M, N_, K_, cache.x_bf16.data(), K_, w_bf16_.data(), K_, y, N_);
       break;
     case Precision::kFP8:
-      quantize_activation(x, M, K_, activation_format_, cache.x_fp8);
+      quantize_activation(x, M, K_, activation_format_, save_for_backward, cache.x_fp8);
       gemm_nt_fp8(cache.x_fp8.rowwise, w_fp8_.rowwise, y, N_);
       break;
   }
@@ -81,8 +82,10 @@ void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy,
       break;
     }
     case Precision::kFP8: {
+      FP8RL_CHECK(cache.x_fp8.columnwise.has_value(),
+                  "linear '{}': backward after a forward that did not save for backward", name_);
       QuantizedTensor dy_q;
-      quantize_activation(dy, M, N_, activation_format_, dy_q);
+      quantize_activation(dy, M, N_, activation_format_, /*with_columnwise=*/true, dy_q);
       gemm_nt_fp8(dy_q.rowwise, *w_fp8_.columnwise, dx, K_, accumulate_dx);
       gemm_nt_fp8(*dy_q.columnwise, *cache.x_fp8.columnwise, dw, K_, /*accumulate=*/true);
       break;

@@ -45,8 +45,10 @@ class Linear {
   const QuantizedTensor& fp8_weights() const { return w_fp8_; }
   const AlignedBuffer<bf16_t>& bf16_weights() const { return w_bf16_; }
 
-  // y [M, N] = x [M, K] W^T; saves what backward needs in `cache`.
-  void forward(float* y, const float* x, int64_t M, LinearCache& cache) const;
+  // y [M, N] = x [M, K] W^T; saves what backward needs in `cache`. With save_for_backward false
+  // (a forward that no backward follows) the FP8 path skips the column-wise copy of x that only
+  // wgrad reads; y is the same either way.
+  void forward(float* y, const float* x, int64_t M, LinearCache& cache, bool save_for_backward = true) const;
   // dx [M, K] (+)= dy W, dw [N, K] += dy^T x. `dy` is FP32 [M, N].
   void backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M, const LinearCache& cache) const;
 

@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <tuple>
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
+#include "kernels/attention_row.h"
 #include "kernels/logprob.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
@@ -26,6 +30,34 @@ float amax_rows(const float* x, int64_t width, const std::vector<int32_t>& real_
   for (int32_t r : real_rows)
     for (int64_t i = 0; i < width; ++i) m = std::max(m, std::fabs(x[r * width + i]));
   return m;
+}
+
+// Causal attention over the prefix layout of qkv_amax(): row n attends to the rows
+// context[context_begin[n] .. context_begin[n + 1]). Each (row, head) goes through attention_row
+// with the arguments attention_forward gives it, so a row gets attention_forward's bits whenever
+// its context holds the same q/k/v rows in the same order.
+//   o, q [N, Hq*D]      k, v [N, Hkv*D]
+void prefix_attention_forward(float* o, const float* q, const float* k, const float* v,
+                              const std::vector<int64_t>& context_begin, const std::vector<int32_t>& context,
+                              int64_t Hq, int64_t Hkv, int64_t D) {
+  constexpr int64_t kRowsPerTask = 16;
+  const int64_t N = static_cast<int64_t>(context_begin.size()) - 1, ldq = Hq * D, ldkv = Hkv * D, group = Hq / Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  kernel_thread_pool().parallel_for((N + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
+    std::vector<float> scratch(static_cast<size_t>(D)), probs;
+    for (int64_t n = task * kRowsPerTask; n < std::min(N, (task + 1) * kRowsPerTask); ++n) {
+      const int32_t* ctx = context.data() + context_begin[static_cast<size_t>(n)];
+      const int64_t len = context_begin[static_cast<size_t>(n) + 1] - context_begin[static_cast<size_t>(n)];
+      probs.resize(static_cast<size_t>(len));
+      for (int64_t h = 0; h < Hq; ++h) {
+        const int64_t g = h / group;
+        attention_row(
+            o + n * ldq + h * D, probs.data(), q + n * ldq + h * D, len, D, scale, 1.0f,
+            [&](int64_t j, float*) { return k + ctx[j] * ldkv + g * D; },
+            [&](int64_t j, float*) { return v + ctx[j] * ldkv + g * D; }, scratch.data());
+      }
+    }
+  });
 }
 }  // namespace
 
@@ -116,111 +148,185 @@ void Transformer::round_activations(float* x, int64_t n) const {
   if (policy_.activations == Precision::kBF16) bf16_round_f32(x, n);
 }
 
-void Transformer::resize_activations(int64_t B, int64_t T) {
-  const int64_t N = B * T, C = config_.d_model, F = config_.d_ff;
+void Transformer::ensure_layer_acts(LayerActs& a, int64_t N, int64_t probs_size) const {
+  const int64_t C = config_.d_model, F = config_.d_ff;
   const int64_t QD = config_.q_dim(), KD = config_.kv_dim(), Hq = config_.n_heads, Hkv = config_.n_kv_heads;
+  ensure(a.x, N * C), ensure(a.h1, N * C), ensure(a.rstd1, N);
+  if (config_.qk_norm) ensure(a.q_raw, N * QD), ensure(a.k_raw, N * KD), ensure(a.q_rstd, N * Hq), ensure(a.k_rstd, N * Hkv);
+  ensure(a.q, N * QD), ensure(a.k, N * KD), ensure(a.v, N * KD), ensure(a.probs, probs_size);
+  ensure(a.att, N * QD), ensure(a.x_mid, N * C), ensure(a.h2, N * C), ensure(a.rstd2, N);
+  ensure(a.g, N * F), ensure(a.u, N * F), ensure(a.s, N * F);
+}
+
+void Transformer::resize_activations(int64_t B, int64_t T) {
+  const int64_t N = B * T, C = config_.d_model;
   acts_.resize(static_cast<size_t>(config_.n_layers));
-  for (LayerActs& a : acts_) {
-    ensure(a.x, N * C), ensure(a.h1, N * C), ensure(a.rstd1, N);
-    if (config_.qk_norm) ensure(a.q_raw, N * QD), ensure(a.k_raw, N * KD), ensure(a.q_rstd, N * Hq), ensure(a.k_rstd, N * Hkv);
-    ensure(a.q, N * QD), ensure(a.k, N * KD), ensure(a.v, N * KD), ensure(a.probs, B * Hq * T * T);
-    ensure(a.att, N * QD), ensure(a.x_mid, N * C), ensure(a.h2, N * C), ensure(a.rstd2, N);
-    ensure(a.g, N * F), ensure(a.u, N * F), ensure(a.s, N * F);
-  }
+  for (LayerActs& a : acts_) ensure_layer_acts(a, N, B * config_.n_heads * T * T);
   ensure(x_final_, N * C), ensure(hf_, N * C), ensure(rstd_f_, N), ensure(logits_, N * config_.vocab_size);
   B_ = B;
   T_ = T;
 }
 
-void Transformer::forward(const TokenBatch& batch, float* logprobs) {
+Transformer::RowLayout Transformer::batch_layout(const TokenBatch& batch, const char* caller) const {
   const int64_t B = batch.B, T = batch.T, N = B * T;
-  FP8RL_CHECK(B > 0 && T > 0, "forward: empty batch B={} T={}", B, T);
+  FP8RL_CHECK(B > 0 && T > 0, "{}: empty batch B={} T={}", caller, B, T);
   FP8RL_CHECK(batch.tokens.size() == static_cast<size_t>(N) && batch.targets.size() == static_cast<size_t>(N) &&
                   batch.positions.size() == static_cast<size_t>(N),
-              "forward: batch arrays must have B*T = {} entries (tokens {}, targets {}, positions {})", N,
+              "{}: batch arrays must have B*T = {} entries (tokens {}, targets {}, positions {})", caller, N,
               batch.tokens.size(), batch.targets.size(), batch.positions.size());
-  FP8RL_CHECK(T <= config_.max_seq_len, "forward: {} positions exceed max_seq_len {}", T, config_.max_seq_len);
-  resize_activations(B, T);
-  batch_ = batch;
-  const int64_t C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads, D = config_.head_dim;
-  const AttentionShape shape{B, T, Hq, Hkv, D};
-  FP8RL_CHECK(batch.lengths.size() == static_cast<size_t>(B), "forward: batch needs {} lengths, got {}", B,
+  FP8RL_CHECK(T <= config_.max_seq_len, "{}: {} positions exceed max_seq_len {}", caller, T, config_.max_seq_len);
+  FP8RL_CHECK(batch.lengths.size() == static_cast<size_t>(B), "{}: batch needs {} lengths, got {}", caller, B,
               batch.lengths.size());
-  std::vector<int32_t> real_rows;  // rows holding a real token (not padding)
+  RowLayout rows;
+  rows.N = N;
+  rows.tokens = batch.tokens;
+  rows.positions = batch.positions;
+  rows.shape = {B, T, config_.n_heads, config_.n_kv_heads, config_.head_dim};
+  rows.is_real.assign(static_cast<size_t>(N), 0);
   for (int64_t b = 0; b < B; ++b) {
     const int32_t len = batch.lengths[static_cast<size_t>(b)];
-    FP8RL_CHECK(len >= 0 && len <= T, "forward: sequence {} has length {} outside [0, {}]", b, len, T);
-    for (int32_t t = 0; t < len; ++t) real_rows.push_back(static_cast<int32_t>(b * T + t));
-  }
-
-  // Embedding lookup: x[n, :] = E[token[n], :], BF16 like every activation. Padding rows stay
-  // exactly zero through the whole network (their attention output is zeroed too), so they never
-  // enter the amax of a 128-token block of the FP8 wgrad quantization (fp8-recipe.md section 3).
-  float* x0 = acts_[0].x.data();
-  std::vector<uint8_t> is_real(static_cast<size_t>(N), 0);
-  for (int32_t r : real_rows) is_real[static_cast<size_t>(r)] = 1;
-  for (int64_t n = 0; n < N; ++n)
-    FP8RL_CHECK(is_real[static_cast<size_t>(n)] || batch.targets[static_cast<size_t>(n)] < 0,
-                "forward: row {} is padding (beyond its sequence's length) but has target {}", n,
-                batch.targets[static_cast<size_t>(n)]);
-  for (int64_t n = 0; n < N; ++n) {
-    const int32_t tok = batch.tokens[static_cast<size_t>(n)];
-    FP8RL_CHECK(tok >= 0 && tok < config_.vocab_size, "forward: token id {} at row {} outside the vocabulary of {}",
-                tok, n, config_.vocab_size);
-    if (is_real[static_cast<size_t>(n)]) {
-      std::memcpy(x0 + n * C, w_.embed + tok * C, sizeof(float) * static_cast<size_t>(C));
-    } else {
-      std::memset(x0 + n * C, 0, sizeof(float) * static_cast<size_t>(C));
+    FP8RL_CHECK(len >= 0 && len <= T, "{}: sequence {} has length {} outside [0, {}]", caller, b, len, T);
+    for (int32_t t = 0; t < len; ++t) {
+      rows.real_rows.push_back(static_cast<int32_t>(b * T + t));
+      rows.is_real[static_cast<size_t>(b * T + t)] = 1;
     }
   }
-  round_activations(x0, N * C);
+  for (int64_t n = 0; n < N; ++n) {
+    FP8RL_CHECK(rows.is_real[static_cast<size_t>(n)] || batch.targets[static_cast<size_t>(n)] < 0,
+                "{}: row {} is padding (beyond its sequence's length) but has target {}", caller, n,
+                batch.targets[static_cast<size_t>(n)]);
+    const int32_t tok = batch.tokens[static_cast<size_t>(n)];
+    FP8RL_CHECK(tok >= 0 && tok < config_.vocab_size, "{}: token id {} at row {} outside the vocabulary of {}", caller,
+                tok, n, config_.vocab_size);
+  }
+  return rows;
+}
 
+// Embedding lookup: x[n, :] = E[token[n], :], BF16 like every activation. Padding rows stay
+// exactly zero through the whole network (their attention output is zeroed too), so they never
+// enter the amax of a 128-token block of the FP8 wgrad quantization (fp8-recipe.md section 3).
+void Transformer::embed(float* x, const RowLayout& rows) const {
+  const int64_t C = config_.d_model;
+  for (int64_t n = 0; n < rows.N; ++n) {
+    if (rows.is_real[static_cast<size_t>(n)]) {
+      std::memcpy(x + n * C, w_.embed + rows.tokens[static_cast<size_t>(n)] * C, sizeof(float) * static_cast<size_t>(C));
+    } else {
+      std::memset(x + n * C, 0, sizeof(float) * static_cast<size_t>(C));
+    }
+  }
+  round_activations(x, rows.N * C);
+}
+
+Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* x_next, float* tmp,
+                                                const RowLayout& rows, bool save_for_backward,
+                                                bool stop_after_qkv) const {
+  const int64_t N = rows.N, C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
+  const int64_t D = config_.head_dim;
+  const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+  const LayerLinears& ll = linears_[static_cast<size_t>(l)];
+  // Attention block.
+  rmsnorm_forward(a.h1.data(), a.rstd1.data(), a.x.data(), lw.attn_norm, N, C, config_.norm_eps);
+  round_activations(a.h1.data(), N * C);
+  ll.q.forward(config_.qk_norm ? a.q_raw.data() : a.q.data(), a.h1.data(), N, a.cq, save_for_backward);
+  ll.k.forward(config_.qk_norm ? a.k_raw.data() : a.k.data(), a.h1.data(), N, a.ck, save_for_backward);
+  ll.v.forward(a.v.data(), a.h1.data(), N, a.cv, save_for_backward);
+  if (config_.qk_norm) {
+    rmsnorm_forward(a.q.data(), a.q_rstd.data(), a.q_raw.data(), lw.q_norm, N * Hq, D, config_.norm_eps);
+    rmsnorm_forward(a.k.data(), a.k_rstd.data(), a.k_raw.data(), lw.k_norm, N * Hkv, D, config_.norm_eps);
+  }
+  rope_forward(a.q.data(), rows.positions.data(), N, Hq, D, rope_);
+  rope_forward(a.k.data(), rows.positions.data(), N, Hkv, D, rope_);
+  round_activations(a.q.data(), N * Hq * D);
+  round_activations(a.k.data(), N * Hkv * D);
+  const QkvAmax amax = {amax_rows(a.q.data(), Hq * D, rows.real_rows), amax_rows(a.k.data(), Hkv * D, rows.real_rows),
+                        amax_rows(a.v.data(), Hkv * D, rows.real_rows)};
+  if (stop_after_qkv) return amax;
+  if (rows.context_begin.empty()) {
+    attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), rows.shape);
+  } else {
+    prefix_attention_forward(a.att.data(), a.q.data(), a.k.data(), a.v.data(), rows.context_begin, rows.context, Hq,
+                             Hkv, D);
+  }
+  round_activations(a.att.data(), N * Hq * D);
+  for (int64_t n = 0; n < N; ++n)
+    if (!rows.is_real[static_cast<size_t>(n)]) std::memset(a.att.data() + n * Hq * D, 0, sizeof(float) * static_cast<size_t>(Hq * D));
+  ll.o.forward(tmp, a.att.data(), N, a.co, save_for_backward);
+  add_into(a.x_mid.data(), a.x.data(), tmp, N * C);
+  round_activations(a.x_mid.data(), N * C);
+  // MLP block.
+  rmsnorm_forward(a.h2.data(), a.rstd2.data(), a.x_mid.data(), lw.mlp_norm, N, C, config_.norm_eps);
+  round_activations(a.h2.data(), N * C);
+  ll.gate.forward(a.g.data(), a.h2.data(), N, a.cgate, save_for_backward);
+  ll.up.forward(a.u.data(), a.h2.data(), N, a.cup, save_for_backward);
+  swiglu_forward(a.s.data(), a.g.data(), a.u.data(), N * F);
+  round_activations(a.s.data(), N * F);
+  ll.down.forward(tmp, a.s.data(), N, a.cdown, save_for_backward);
+  add_into(x_next, a.x_mid.data(), tmp, N * C);
+  round_activations(x_next, N * C);
+  return amax;
+}
+
+void Transformer::forward(const TokenBatch& batch, float* logprobs) {
+  const RowLayout rows = batch_layout(batch, "forward");
+  const int64_t N = rows.N, C = config_.d_model;
+  resize_activations(batch.B, batch.T);
+  batch_ = batch;
+  embed(acts_[0].x.data(), rows);
   qkv_amax_.assign(static_cast<size_t>(config_.n_layers), QkvAmax{});
   std::vector<float> tmp(static_cast<size_t>(N * C));  // [N, C] projection output before the residual add
   for (int64_t l = 0; l < config_.n_layers; ++l) {
-    LayerActs& a = acts_[static_cast<size_t>(l)];
-    const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
-    const LayerLinears& ll = linears_[static_cast<size_t>(l)];
-    // Attention block.
-    rmsnorm_forward(a.h1.data(), a.rstd1.data(), a.x.data(), lw.attn_norm, N, C, config_.norm_eps);
-    round_activations(a.h1.data(), N * C);
-    ll.q.forward(config_.qk_norm ? a.q_raw.data() : a.q.data(), a.h1.data(), N, a.cq);
-    ll.k.forward(config_.qk_norm ? a.k_raw.data() : a.k.data(), a.h1.data(), N, a.ck);
-    ll.v.forward(a.v.data(), a.h1.data(), N, a.cv);
-    if (config_.qk_norm) {
-      rmsnorm_forward(a.q.data(), a.q_rstd.data(), a.q_raw.data(), lw.q_norm, N * Hq, D, config_.norm_eps);
-      rmsnorm_forward(a.k.data(), a.k_rstd.data(), a.k_raw.data(), lw.k_norm, N * Hkv, D, config_.norm_eps);
-    }
-    rope_forward(a.q.data(), batch.positions.data(), N, Hq, D, rope_);
-    rope_forward(a.k.data(), batch.positions.data(), N, Hkv, D, rope_);
-    round_activations(a.q.data(), N * Hq * D);
-    round_activations(a.k.data(), N * Hkv * D);
-    qkv_amax_[static_cast<size_t>(l)] = {amax_rows(a.q.data(), Hq * D, real_rows),
-                                         amax_rows(a.k.data(), Hkv * D, real_rows),
-                                         amax_rows(a.v.data(), Hkv * D, real_rows)};
-    attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), shape);
-    round_activations(a.att.data(), N * Hq * D);
-    for (int64_t n = 0; n < N; ++n)
-      if (!is_real[static_cast<size_t>(n)]) std::memset(a.att.data() + n * Hq * D, 0, sizeof(float) * static_cast<size_t>(Hq * D));
-    ll.o.forward(tmp.data(), a.att.data(), N, a.co);
-    add_into(a.x_mid.data(), a.x.data(), tmp.data(), N * C);
-    round_activations(a.x_mid.data(), N * C);
-    // MLP block.
-    rmsnorm_forward(a.h2.data(), a.rstd2.data(), a.x_mid.data(), lw.mlp_norm, N, C, config_.norm_eps);
-    round_activations(a.h2.data(), N * C);
-    ll.gate.forward(a.g.data(), a.h2.data(), N, a.cgate);
-    ll.up.forward(a.u.data(), a.h2.data(), N, a.cup);
-    swiglu_forward(a.s.data(), a.g.data(), a.u.data(), N * F);
-    round_activations(a.s.data(), N * F);
-    ll.down.forward(tmp.data(), a.s.data(), N, a.cdown);
     float* x_next = l + 1 < config_.n_layers ? acts_[static_cast<size_t>(l + 1)].x.data() : x_final_.data();
-    add_into(x_next, a.x_mid.data(), tmp.data(), N * C);
-    round_activations(x_next, N * C);
+    qkv_amax_[static_cast<size_t>(l)] = layer_forward(l, acts_[static_cast<size_t>(l)], x_next, tmp.data(), rows,
+                                                      /*save_for_backward=*/true, /*stop_after_qkv=*/false);
   }
   rmsnorm_forward(hf_.data(), rstd_f_.data(), x_final_.data(), w_.final_norm, N, C, config_.norm_eps);
   if (!policy_.fp32_lm_head) round_activations(hf_.data(), N * C);
   lm_head_.forward(logits_.data(), hf_.data(), N, c_lm_head_);
   token_logprobs_forward(logprobs, logits_.data(), batch.targets.data(), N, config_.vocab_size);
+}
+
+std::vector<Transformer::QkvAmax> Transformer::qkv_amax(const TokenBatch& batch) {
+  const RowLayout padded = batch_layout(batch, "qkv_amax");
+  // The prefix layout: one row per distinct (parent row, token, position), parents first.
+  RowLayout rows;
+  std::map<std::tuple<int32_t, int32_t, int32_t>, int32_t> child;  // (parent row or -1, token, position) -> row
+  rows.context_begin = {0};
+  for (int64_t b = 0; b < batch.B; ++b) {
+    int32_t parent = -1;
+    for (int32_t t = 0; t < batch.lengths[static_cast<size_t>(b)]; ++t) {
+      const size_t src = static_cast<size_t>(b * batch.T + t);
+      const auto [it, added] = child.try_emplace({parent, padded.tokens[src], padded.positions[src]},
+                                                 static_cast<int32_t>(rows.N));
+      if (added) {
+        rows.tokens.push_back(padded.tokens[src]);
+        rows.positions.push_back(padded.positions[src]);
+        if (parent >= 0)
+          for (int64_t i = rows.context_begin[static_cast<size_t>(parent)]; i < rows.context_begin[static_cast<size_t>(parent) + 1]; ++i) {
+            const int32_t ancestor = rows.context[static_cast<size_t>(i)];
+            rows.context.push_back(ancestor);
+          }
+        rows.context.push_back(static_cast<int32_t>(rows.N));
+        rows.context_begin.push_back(static_cast<int64_t>(rows.context.size()));
+        ++rows.N;
+      }
+      parent = it->second;
+    }
+  }
+  std::vector<QkvAmax> amax(static_cast<size_t>(config_.n_layers));
+  if (rows.N == 0) return amax;  // no real token: forward() records zeros too
+  rows.is_real.assign(static_cast<size_t>(rows.N), 1);
+  rows.real_rows.resize(static_cast<size_t>(rows.N));
+  for (int64_t n = 0; n < rows.N; ++n) rows.real_rows[static_cast<size_t>(n)] = static_cast<int32_t>(n);
+
+  // Sized for N rounded up to 256 rows, so that the next steps' slightly different N reuse them.
+  const int64_t capacity = (rows.N + 255) / 256 * 256;
+  ensure_layer_acts(calib_acts_, capacity, /*probs_size=*/0);
+  ensure(calib_tmp_, capacity * config_.d_model);
+  embed(calib_acts_.x.data(), rows);
+  for (int64_t l = 0; l < config_.n_layers; ++l)
+    amax[static_cast<size_t>(l)] = layer_forward(l, calib_acts_, calib_acts_.x.data(), calib_tmp_.data(), rows,
+                                                 /*save_for_backward=*/false, /*stop_after_qkv=*/l + 1 == config_.n_layers);
+  return amax;
 }
 
 void Transformer::backward(const float* dlogprobs) {

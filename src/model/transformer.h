@@ -72,6 +72,15 @@ class Transformer {
     float q = 0, k = 0, v = 0;
   };
   const std::vector<QkvAmax>& last_qkv_amax() const { return qkv_amax_; }
+  // The calibration forward: what last_qkv_amax() would hold after forward(batch), bit for bit,
+  // at a fraction of the cost. A token's q/k/v depend only on its sequence up to it (every kernel
+  // but attention works row by row, the GEMMs are batch invariant, attention is causal), so each
+  // distinct prefix of real tokens (same tokens, same positions) is computed once, duplicates and
+  // shared prompts included, with no padding; the last layer stops after its q/k/v (no o, MLP,
+  // final norm, LM head or log-probs) and nothing is kept for backward (no FP8 column-wise copies,
+  // no attention probabilities). Leaves the last forward's activations, last_qkv_amax() and
+  // backward() as they were.
+  std::vector<QkvAmax> qkv_amax(const TokenBatch& batch);
 
  private:
   struct LayerLinears {
@@ -100,6 +109,30 @@ class Transformer {
     LinearCache cq, ck, cv, co, cgate, cup, cdown;
   };
 
+  // The rows one layer block runs over. forward(): the B x T right-padded batch (row b*T + t),
+  // attention by attention_forward over `shape`. qkv_amax(): one row per distinct prefix, no
+  // padding; row n attends to rows context[context_begin[n] .. context_begin[n + 1]), its prefix
+  // in position order, itself last.
+  struct RowLayout {
+    int64_t N = 0;
+    std::vector<int32_t> tokens;     // [N]
+    std::vector<int32_t> positions;  // [N] RoPE position
+    std::vector<uint8_t> is_real;    // [N] 1 where the row holds a real token (not padding)
+    std::vector<int32_t> real_rows;  // the rows with is_real
+    AttentionShape shape{};          // the batch layout's
+    std::vector<int64_t> context_begin;  // [N + 1], prefix layout only
+    std::vector<int32_t> context;        // [context_begin[N]]
+  };
+  // Checks `batch` (every error forward() reports) and returns its batch layout.
+  RowLayout batch_layout(const TokenBatch& batch, const char* caller) const;
+  // x [N, C] = the BF16-rounded embeddings of the real rows, zero for padding.
+  void embed(float* x, const RowLayout& rows) const;
+  // One decoder layer over `rows`: input a.x, output x_next [N, C] (may be a.x), returns the
+  // layer's q/k/v amax over the real rows. `save_for_backward` keeps the FP8 linears' column-wise
+  // copies; `stop_after_qkv` returns right after the amax (x_next untouched).
+  QkvAmax layer_forward(int64_t l, LayerActs& a, float* x_next, float* tmp, const RowLayout& rows,
+                        bool save_for_backward, bool stop_after_qkv) const;
+  void ensure_layer_acts(LayerActs& a, int64_t N, int64_t probs_size) const;
   void resize_activations(int64_t B, int64_t T);
   void round_activations(float* x, int64_t n) const;
 
@@ -119,6 +152,9 @@ class Transformer {
   AlignedBuffer<float> x_final_, hf_, rstd_f_, logits_;  // [N, C], [N, C], [N], [N, V]
   LinearCache c_lm_head_;
   std::vector<QkvAmax> qkv_amax_;
+  // Scratch of qkv_amax(): one layer's activations (reused by every layer) and the projections.
+  LayerActs calib_acts_;
+  AlignedBuffer<float> calib_tmp_;  // [N, C]
 };
 
 }  // namespace fp8rl

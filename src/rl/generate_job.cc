@@ -28,9 +28,7 @@ void run_generate_job(const GenerateJobOptions& o) {
   if (eo.kv_dtype == KvDtype::kFP8) {
     TokenBatch b = TokenBatch::empty(1, static_cast<int64_t>(prompt.size()), tok.pad());
     b.tokens = prompt;
-    std::vector<float> unused(prompt.size());
-    trainer.forward(b, unused.data());
-    engine.set_kv_scales(kv_scales_from_amax(trainer.last_qkv_amax()));
+    engine.set_kv_scales(kv_scales_from_amax(trainer.qkv_amax(b)));
     fmt::print("KV scales calibrated on the prompt (1.05 * amax / 448 per layer)\n");
   }
   GenerateOptions g;

@@ -68,18 +68,6 @@ void response_logprobs(Transformer& model, std::vector<Rollout>& r, size_t begin
   }
 }
 
-std::vector<Transformer::QkvAmax> max_amax(const std::vector<Transformer::QkvAmax>& a,
-                                           const std::vector<Transformer::QkvAmax>& b) {
-  if (a.empty()) return b;
-  std::vector<Transformer::QkvAmax> m = a;
-  for (size_t l = 0; l < m.size(); ++l) {
-    m[l].q = std::max(m[l].q, b[l].q);
-    m[l].k = std::max(m[l].k, b[l].k);
-    m[l].v = std::max(m[l].v, b[l].v);
-  }
-  return m;
-}
-
 nlohmann::json scales_to_json(const std::vector<QkvScales>& s) {
   nlohmann::json j = nlohmann::json::array();
   for (const QkvScales& x : s) j.push_back({x.q, x.k, x.v});
@@ -202,18 +190,14 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   if (fp8_kv) {
     if (kv_scales.empty()) {
       // Before the first step: calibrate on the first step's prompts.
-      std::vector<Rollout> calib;
+      std::vector<std::vector<int32_t>> calib;
       for (const Example* e : draw_prompts(start_step)) {
-        Rollout r;
-        r.prompt = {tok.bos()};
+        std::vector<int32_t> p = {tok.bos()};
         const auto ids = tok.encode(e->prompt);
-        r.prompt.insert(r.prompt.end(), ids.begin(), ids.end());
-        calib.push_back(std::move(r));
+        p.insert(p.end(), ids.begin(), ids.end());
+        calib.push_back(std::move(p));
       }
-      const TokenBatch b = rollout_batch(calib, 0, calib.size(), tok.pad());
-      std::vector<float> unused(static_cast<size_t>(b.B * b.T));
-      policy.forward(b, unused.data());
-      kv_scales = kv_scales_from_amax(policy.last_qkv_amax());
+      kv_scales = kv_scales_from_amax(calibrate_qkv_amax(policy, std::move(calib), P, tok.pad()));
     }
     generator.set_kv_scales(kv_scales);
   }
@@ -329,19 +313,20 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     t.reset();
     if (fp8_kv) {
       // The batch just trained on (or the first kv_calibration_samples_per_prompt responses of
-      // each prompt), in forwards with the updated weights.
+      // each prompt), prompt + response, with the updated weights: the amax of trainer forwards
+      // over all of it, computed once per distinct prefix (calibrate_qkv_amax).
       const int64_t per_prompt = config.kv_calibration_samples_per_prompt > 0 ? config.kv_calibration_samples_per_prompt : G;
-      std::vector<Rollout> calib;
-      for (size_t i = 0; i < r.size(); ++i)
-        if (static_cast<int64_t>(i % static_cast<size_t>(G)) < per_prompt) calib.push_back(r[i]);
-      std::vector<Transformer::QkvAmax> amax;
-      for (size_t m0 = 0; m0 < calib.size(); m0 += static_cast<size_t>(micro)) {
-        const TokenBatch b = rollout_batch(calib, m0, std::min(calib.size(), m0 + static_cast<size_t>(micro)), tok.pad());
-        std::vector<float> unused(static_cast<size_t>(b.B * b.T));
-        policy.forward(b, unused.data());
-        amax = max_amax(amax, policy.last_qkv_amax());
+      std::vector<std::vector<int32_t>> calib;
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (static_cast<int64_t>(i % static_cast<size_t>(G)) >= per_prompt) continue;
+        std::vector<int32_t> seq = r[i].prompt;
+        seq.insert(seq.end(), r[i].response.begin(), r[i].response.end());
+        calib.push_back(std::move(seq));
       }
-      kv_scales = kv_scales_from_amax(amax);
+      // The calibration forward keeps one layer's activations where a training micro-batch keeps
+      // every layer's, so n_layers * micro sequences per call use less memory than training does.
+      const int64_t calib_batch = micro * policy.config().n_layers;
+      kv_scales = kv_scales_from_amax(calibrate_qkv_amax(policy, std::move(calib), calib_batch, tok.pad()));
       generator.set_kv_scales(kv_scales);
     }
     const double t_kv = t.seconds();

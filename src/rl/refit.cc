@@ -1,5 +1,6 @@
 #include "rl/refit.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.h"
@@ -44,6 +45,39 @@ void refit_generator_weights(const Transformer& trainer, GenerationEngine& gener
                   trainer.config().vocab_size == generator.config().vocab_size,
               "refit: the trainer's and the generator's architectures differ");
   generator.update_weights(generator_weight_source(trainer));
+}
+
+std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::vector<std::vector<int32_t>> sequences,
+                                                     int64_t max_batch, int32_t pad) {
+  FP8RL_CHECK(max_batch > 0, "KV calibration: batch size {} must be positive", max_batch);
+  std::sort(sequences.begin(), sequences.end());
+  sequences.erase(std::unique(sequences.begin(), sequences.end()), sequences.end());
+  // After sorting, a sequence that is a prefix of others comes right before the first of them.
+  std::vector<std::vector<int32_t>> kept;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    const std::vector<int32_t>& s = sequences[i];
+    const bool prefix_of_next = i + 1 < sequences.size() && s.size() < sequences[i + 1].size() &&
+                                std::equal(s.begin(), s.end(), sequences[i + 1].begin());
+    if (!s.empty() && !prefix_of_next) kept.push_back(s);
+  }
+  std::vector<Transformer::QkvAmax> amax(static_cast<size_t>(trainer.config().n_layers));
+  for (size_t b0 = 0; b0 < kept.size(); b0 += static_cast<size_t>(max_batch)) {
+    const size_t b1 = std::min(kept.size(), b0 + static_cast<size_t>(max_batch));
+    int64_t T = 1;
+    for (size_t i = b0; i < b1; ++i) T = std::max<int64_t>(T, static_cast<int64_t>(kept[i].size()));
+    TokenBatch batch = TokenBatch::empty(static_cast<int64_t>(b1 - b0), T, pad);
+    for (size_t i = b0; i < b1; ++i) {
+      std::copy(kept[i].begin(), kept[i].end(), batch.tokens.begin() + static_cast<std::ptrdiff_t>((i - b0) * static_cast<size_t>(T)));
+      batch.lengths[i - b0] = static_cast<int32_t>(kept[i].size());
+    }
+    const std::vector<Transformer::QkvAmax> a = trainer.qkv_amax(batch);
+    for (size_t l = 0; l < amax.size(); ++l) {
+      amax[l].q = std::max(amax[l].q, a[l].q);
+      amax[l].k = std::max(amax[l].k, a[l].k);
+      amax[l].v = std::max(amax[l].v, a[l].v);
+    }
+  }
+  return amax;
 }
 
 std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAmax>& amax) {

@@ -24,6 +24,14 @@ GeneratorWeightSource generator_weight_source(const Transformer& trainer);
 // Copies this step's weights into the generator, in place.
 void refit_generator_weights(const Transformer& trainer, GenerationEngine& generator);
 
+// The KV calibration over `sequences` (the real tokens of each, at positions 0, 1, ...): the
+// per-layer amax that trainer forwards over all of them would record, bit for bit, computed by
+// Transformer::qkv_amax over batches of at most `max_batch` sequences. Each distinct sequence is
+// calibrated once (and none that is a prefix of another: its rows are the other's first rows);
+// sorting them puts duplicates and shared prompts in the same batch, where they are computed once.
+std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::vector<std::vector<int32_t>> sequences,
+                                                     int64_t max_batch, int32_t pad);
+
 // 1.05 * amax / 448 per layer from the amax of the trainer's last forward. Throws if an amax is
 // zero or not finite (the calibration batch was empty or the model diverged).
 std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAmax>& amax);

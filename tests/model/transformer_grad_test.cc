@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/rng.h"
@@ -89,6 +90,68 @@ TEST(Transformer, LowPrecisionModesStayCloseToFp32) {
       // few hundredths with these small random weights.
       EXPECT_NEAR(got[static_cast<size_t>(n)], want[static_cast<size_t>(n)], linear == Precision::kFP8 ? 0.05 : 0.02)
           << precision_name(linear) << " row " << n;
+    }
+  }
+}
+
+
+// qkv_amax() is the calibration of a full forward, bit for bit: 3 layers (the last one stops
+// after q/k/v), 128-wide rows (real FP8 1x128 blocks), padding, duplicated sequences, sequences
+// that share a prompt or are a prefix of another, an empty one, and non-default positions. It
+// leaves the last forward's state alone: backward afterwards gives the same gradients.
+TEST(Transformer, QkvAmaxEqualsTheFullForwardsCalibration) {
+  const int32_t seqs[][9] = {
+      {1, 4, 2, 9, 3, 5, 7, 7, 10}, {1, 4, 2, 9, 3, 5, 7, 7, 10}, {1, 4, 2, 9, 3, 6, 0, 0, 0},
+      {1, 4, 2, 9, 3, 6, 8, 0, 0},  {1, 4, 2, 0, 0, 0, 0, 0, 0},  {0, 0, 0, 0, 0, 0, 0, 0, 0},
+      {2, 4, 2, 9, 3, 6, 8, 0, 0},  {1, 4, 2, 9, 3, 5, 7, 7, 10},
+  };
+  const int32_t lengths[] = {9, 9, 6, 7, 3, 0, 7, 9};
+  TokenBatch batch = TokenBatch::empty(8, 9, 0);
+  for (int64_t b = 0; b < batch.B; ++b) {
+    batch.lengths[static_cast<size_t>(b)] = lengths[b];
+    for (int64_t t = 0; t < batch.T; ++t) {
+      const size_t row = static_cast<size_t>(b * batch.T + t);
+      batch.tokens[row] = seqs[b][t] % 40;
+      if (t + 1 < lengths[b]) batch.targets[row] = seqs[b][t + 1];
+    }
+  }
+  for (int64_t t = 0; t < batch.T; ++t) batch.positions[static_cast<size_t>(7 * batch.T + t)] = static_cast<int32_t>(t + 2);
+  TokenBatch other = batch;  // a different batch for the calibration between forward and backward
+  other.tokens[3] = 17;
+  for (bool qk_norm : {false, true}) {
+    ModelConfig c = micro_config(qk_norm, true);
+    c.d_model = 128, c.d_ff = 256, c.n_layers = 3, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32;
+    c.vocab_size = 40, c.max_seq_len = 16;
+    for (Precision linear : {Precision::kBF16, Precision::kFP8}) {
+      PrecisionPolicy policy;
+      policy.linear = linear;
+      Transformer model(c, policy);
+      model.init_random(11);
+      for (int64_t i = 0; i < model.num_params(); ++i) model.params()[i] *= 5.0f;  // larger, more varied amax
+      model.refresh_weights();
+      const int64_t N = batch.B * batch.T;
+      std::vector<float> lp(static_cast<size_t>(N)), coeff(static_cast<size_t>(N), 0.5f);
+      auto grads_after = [&](bool calibrate_in_between) {
+        model.zero_grads();
+        model.forward(batch, lp.data());
+        if (calibrate_in_between) model.qkv_amax(other);
+        model.backward(coeff.data());
+        return std::vector<float>(model.grads(), model.grads() + model.num_params());
+      };
+      const std::vector<float> plain = grads_after(false);
+      const std::vector<Transformer::QkvAmax> want = model.last_qkv_amax();
+      const std::vector<Transformer::QkvAmax> got = model.qkv_amax(batch);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t l = 0; l < want.size(); ++l) {
+        const std::string where = std::string(precision_name(linear)) + (qk_norm ? " qk_norm" : "") + " layer " + std::to_string(l);
+        EXPECT_GT(want[l].q, 0.0f) << where;
+        EXPECT_EQ(std::memcmp(&got[l], &want[l], sizeof(want[l])), 0)
+            << where << ": q " << got[l].q << " vs " << want[l].q << ", k " << got[l].k << " vs " << want[l].k
+            << ", v " << got[l].v << " vs " << want[l].v;
+      }
+      const std::vector<float> with_calibration = grads_after(true);
+      EXPECT_EQ(std::memcmp(plain.data(), with_calibration.data(), plain.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(model.last_qkv_amax().data(), want.data(), want.size() * sizeof(want[0])), 0);
     }
   }
 }

@@ -4,12 +4,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/rng.h"
 #include "rl/grpo.h"
+#include "rl/refit.h"
 #include "rl/sft_job.h"
 
 namespace fp8rl {
@@ -70,6 +73,56 @@ std::vector<nlohmann::json> read_metrics(const fs::path& run, bool drop_timings)
     lines.push_back(j);
   }
   return lines;
+}
+
+// The KV calibration of the GRPO loop (calibrate_qkv_amax: distinct sequences once, shared
+// prefixes once) gives the amax of the whole-batch trainer forwards it replaced, bit for bit:
+// 6 prompts x 8 rollouts whose short responses repeat, some empty (the rollout is its prompt,
+// a prefix of its siblings), against padded micro-batch forwards in rollout order.
+TEST(GrpoKvCalibration, EqualsTheWholeBatchForwardsItReplaced) {
+  const int32_t pad = 0;
+  std::vector<std::vector<int32_t>> seqs;
+  for (uint64_t p = 0; p < 6; ++p) {
+    std::vector<int32_t> prompt = {1};
+    for (uint64_t i = 0; i < 4 + p % 3; ++i) prompt.push_back(static_cast<int32_t>(5 + random_u32(7, 1, p * 16 + i) % 12));
+    for (uint64_t g = 0; g < 8; ++g) {
+      std::vector<int32_t> seq = prompt;
+      const uint32_t len = random_u32(7, 2, p * 8 + g) % 4;
+      for (uint32_t j = 0; j < len; ++j) seq.push_back(static_cast<int32_t>(2 + random_u32(7, 3, p * 64 + g * 8 + j) % 2));
+      seqs.push_back(seq);
+    }
+  }
+  for (Precision linear : {Precision::kBF16, Precision::kFP8}) {
+    PrecisionPolicy policy;
+    policy.linear = linear;
+    ModelConfig c = model_preset("tiny", 20);
+    Transformer model(c, policy);
+    model.init_random(5);
+    const size_t micro = 16;
+    std::vector<Transformer::QkvAmax> want;
+    for (size_t m0 = 0; m0 < seqs.size(); m0 += micro) {
+      int64_t T = 0;
+      for (size_t i = m0; i < m0 + micro; ++i) T = std::max<int64_t>(T, static_cast<int64_t>(seqs[i].size()));
+      TokenBatch b = TokenBatch::empty(static_cast<int64_t>(micro), T, pad);
+      for (size_t i = m0; i < m0 + micro; ++i) {
+        std::copy(seqs[i].begin(), seqs[i].end(), b.tokens.begin() + static_cast<std::ptrdiff_t>((i - m0) * static_cast<size_t>(T)));
+        b.lengths[i - m0] = static_cast<int32_t>(seqs[i].size());
+      }
+      std::vector<float> unused(static_cast<size_t>(b.B * b.T));
+      model.forward(b, unused.data());
+      const std::vector<Transformer::QkvAmax>& a = model.last_qkv_amax();
+      if (want.empty()) want = a;
+      for (size_t l = 0; l < want.size(); ++l)
+        want[l] = {std::max(want[l].q, a[l].q), std::max(want[l].k, a[l].k), std::max(want[l].v, a[l].v)};
+    }
+    for (int64_t max_batch : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{64}}) {
+      const std::vector<Transformer::QkvAmax> got = calibrate_qkv_amax(model, seqs, max_batch, pad);
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(want[0])), 0)
+          << precision_name(linear) << " max_batch " << max_batch << ": layer 0 q " << got[0].q << " vs " << want[0].q;
+      EXPECT_EQ(kv_scales_from_amax(got).size(), static_cast<size_t>(c.n_layers));
+    }
+  }
 }
 
 TEST(GrpoEndToEnd, Fp8EndToEndRaisesTheRewardWithExactAgreement) {
