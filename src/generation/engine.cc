@@ -254,14 +254,13 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
       const DecodedKv* own = row.pos + 1 > row.prefix_len ? &decoded[decoded_index.at(row.own)] : nullptr;
       for (int64_t hd = 0; hd < Hq; ++hd) {
         const int64_t off = (hd / group) * D;  // this head's kv head, in elements
-        auto load = [&](bool key) {
-          return [&, key](int64_t j, float*) -> const float* {
-            const bool in_prefix = j < row.prefix_len;
-            const DecodedKv& d = in_prefix ? *prefix : *own;
-            const int64_t at = in_prefix ? j : j - row.prefix_len;
-            return (key ? d.k.data() : d.v.data()) + at * KD + off;
-          };
-        };
+        // Positions [0, prefix_len) come from the shared prefix, the rest from the row's own list.
+        AttentionRows segments[2];
+        int num_segments = 0;
+        const int64_t from_prefix = prefix != nullptr ? std::min(row.pos + 1, row.prefix_len) : 0;
+        if (from_prefix > 0) segments[num_segments++] = {prefix->k.data() + off, prefix->v.data() + off, from_prefix};
+        if (row.pos + 1 > from_prefix)
+          segments[num_segments++] = {own->k.data() + off, own->v.data() + off, row.pos + 1 - from_prefix};
         const float* qh = q.data() + r * QD + hd * D;
         float score_scale = softmax_scale;
         if (fp8_attention) {
@@ -271,8 +270,8 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
         } else if (fp8_kv) {
           score_scale = sc.k * softmax_scale;
         }
-        attention_row(att.data() + r * QD + hd * D, probs.data(), qh, row.pos + 1, D, score_scale, fp8_kv ? sc.v : 1.0f,
-                      load(true), load(false), nullptr);
+        attention_row_f32(att.data() + r * QD + hd * D, probs.data(), qh, segments, num_segments, row.pos + 1, D, KD,
+                          score_scale, fp8_kv ? sc.v : 1.0f);
       }
     });
     round_bf16(att.data(), R * QD);

@@ -25,16 +25,14 @@ void attention_forward(float* o, float* probs, const float* q, const float* k, c
   // One task per (sequence, head): disjoint outputs, the same arithmetic on any thread.
   kernel_thread_pool().parallel_for(s.B * s.Hq, [&](int64_t task) {
     const int64_t b = task / s.Hq, h = task % s.Hq, g = h / group;
-    std::vector<float> scratch(static_cast<size_t>(s.D));
     const float* kh = k + b * s.T * ldkv + g * s.D;  // [T, D], row stride ldkv
     const float* vh = v + b * s.T * ldkv + g * s.D;
     float* p = probs + (b * s.Hq + h) * s.T * s.T;   // [T, T]
     for (int64_t t = 0; t < s.T; ++t) {
       float* row = p + t * s.T;
-      attention_row(
-          o + (b * s.T + t) * ldq + h * s.D, row, q + (b * s.T + t) * ldq + h * s.D, t + 1, s.D, scale, 1.0f,
-          [&](int64_t j, float*) { return kh + j * ldkv; }, [&](int64_t j, float*) { return vh + j * ldkv; },
-          scratch.data());
+      const AttentionRows rows{kh, vh, t + 1};
+      attention_row_f32(o + (b * s.T + t) * ldq + h * s.D, row, q + (b * s.T + t) * ldq + h * s.D, &rows, 1, t + 1,
+                        s.D, ldkv, scale, 1.0f);
       for (int64_t j = t + 1; j < s.T; ++j) row[j] = 0.0f;
     }
   });

@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cpu_features.h"
+
 namespace fp8rl {
 
 inline float attention_dot(const float* a, const float* b, int64_t D) {
@@ -49,5 +51,27 @@ void attention_row(float* out, float* probs, const float* q, int64_t len, int64_
   if (value_scale != 1.0f)
     for (int64_t d = 0; d < D; ++d) out[d] *= value_scale;
 }
+
+// Consecutive FP32 key and value rows (row i at k + i * stride, v + i * stride).
+struct AttentionRows {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t rows = 0;
+};
+
+// attention_row over keys and values held in FP32 rows of one stride, split into `num_segments`
+// runs of consecutive positions covering [0, len) in order (the trainer: one run per sequence;
+// the generator: the shared prefix, then the sequence's own positions). The AVX-512 path
+// (attention_row_avx512.cc) computes the same bits: each lane of its dot products and of its
+// output sum keeps the scalar order, exp stays the scalar std::exp.
+void attention_row_f32(float* out, float* probs, const float* q, const AttentionRows* segments, int num_segments,
+                       int64_t len, int64_t D, int64_t stride, float score_scale, float value_scale,
+                       Isa isa = Isa::kAuto);
+
+namespace detail {
+void attention_row_f32_avx512(float* out, float* probs, const float* q, const AttentionRows* segments,
+                              int num_segments, int64_t len, int64_t D, int64_t stride, float score_scale,
+                              float value_scale);
+}  // namespace detail
 
 }  // namespace fp8rl
