@@ -17,12 +17,14 @@
 #include <cstring>
 
 #include "core/aligned_buffer.h"
+#include "numerics/bf16.h"
 #include "kernels/gemm_blocked.h"
 #include "numerics/quantized_tensor.h"
 #include "numerics/simd_target.h"
 
 FP8RL_AMX_BEGIN
-#include "kernels/amx_tiles_inl.h"  // inside the region by design (see that header)
+#include "kernels/amx_tiles_inl.h"      // inside the region by design (see that header)
+#include "numerics/avx512_codec_inl.h"  // likewise
 
 namespace fp8rl::gemm_detail {
 namespace {
@@ -33,6 +35,9 @@ constexpr int64_t kChunkPairs = 16;  // pairs of K per tile dot product (32 elem
 
 int64_t chunks_of(int64_t kc) { return (kc + 2 * kChunkPairs - 1) / (2 * kChunkPairs); }
 
+// Mask of the first min(n, 32) of 32 lanes (n >= 1).
+uint32_t first_lanes_mask32(int64_t n) { return n >= 32 ? 0xFFFFFFFFu : (1u << n) - 1; }
+
 // B: the AVX-512 pair layout [pairs][32][2] with zero pairs up to a whole chunk.
 void pack_b_amx(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
                 float* scales) {
@@ -41,10 +46,46 @@ void pack_b_amx(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k
   std::memset(static_cast<uint32_t*>(panel) + pairs * tile, 0, static_cast<size_t>((padded - pairs) * tile) * 4);
 }
 
-// A: packed in the pair layout [pairs][32] words first, then each chunk's 16 pairs x 32 rows are
-// transposed to [32 rows][16 pairs] (zero past the last pair).
+// A from a BF16 source with K contiguous: each row's chunk is a plain (zero-padded) copy.
+void pack_a_bf16_rows(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel) {
+  const auto* src = static_cast<const bf16_t*>(op.data) + r0 * op.ld + k0;
+  auto* out = static_cast<bf16_t*>(panel);
+  for (int64_t c = 0; c < chunks_of(kc); ++c) {
+    const __mmask32 valid = static_cast<__mmask32>(first_lanes_mask32(kc - 32 * c));
+    for (int r = 0; r < tile; ++r) {
+      const __m512i x = r < rows ? _mm512_maskz_loadu_epi16(valid, src + r * op.ld + 32 * c) : _mm512_setzero_si512();
+      _mm512_store_si512(out + (c * tile + r) * 32, x);
+    }
+  }
+}
+
+// A from FP8 codes (K contiguous): each row's 64 codes are decoded exactly to BF16 straight into
+// two chunks; scales [ceil(kc/128)][tile] as the AVX-512 packer writes them.
+void pack_a_fp8_rows(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
+                     float* scales) {
+  const avx512::E4m3Decoder decoder;
+  const auto* codes = static_cast<const uint8_t*>(op.data) + r0 * op.ld + k0;
+  auto* out = static_cast<bf16_t*>(panel);
+  const int64_t chunks = chunks_of(kc);
+  for (int r = 0; r < tile; ++r)
+    for (int64_t c = 0; c < chunks; c += 2) {
+      __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+      if (r < rows) decoder.decode64(_mm512_maskz_loadu_epi8(avx512::first_bytes_mask(kc - 32 * c), codes + r * op.ld + 32 * c), &lo, &hi);
+      _mm512_store_si512(out + (c * tile + r) * 32, lo);
+      if (c + 1 < chunks) _mm512_store_si512(out + ((c + 1) * tile + r) * 32, hi);
+    }
+  for (int64_t s = 0; s * kQuantBlock < kc; ++s)
+    for (int r = 0; r < tile; ++r)
+      scales[s * tile + r] = r < rows ? op.fp8->scale_at(r0 + r, k0 + s * kQuantBlock) : 1.0f;
+}
+
+// A: BF16 and FP8 rows are copied or decoded; other sources are packed in the pair layout [pairs][32] words first,
+// then each chunk's 16 pairs x 32 rows are transposed to [32 rows][16 pairs] (zero past the
+// last pair).
 void pack_a_amx(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
                 float* scales) {
+  if (op.type == OperandType::kBF16 && op.k_contiguous) return pack_a_bf16_rows(op, r0, rows, tile, k0, kc, panel);
+  if (op.type == OperandType::kFP8) return pack_a_fp8_rows(op, r0, rows, tile, k0, kc, panel, scales);
   thread_local AlignedBuffer<uint32_t> pairs_layout;
   const int64_t pairs = (kc + 1) / 2, chunks = chunks_of(kc);
   if (pairs_layout.size() < static_cast<size_t>(chunks * kChunkPairs * tile))

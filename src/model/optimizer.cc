@@ -1,8 +1,12 @@
 #include "model/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
 
 namespace fp8rl {
 
@@ -15,9 +19,25 @@ double LrSchedule::lr_at(double lr, int64_t step) const {
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(3.14159265358979323846 * progress));
 }
 
+namespace {
+
+// Elements per task of the optimizer's loops: fixed, so the sums below (per chunk, then over the
+// chunks in order) and every update are the same for any thread count.
+constexpr int64_t kChunk = int64_t{1} << 16;
+
+int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
+
+}  // namespace
+
 double global_grad_norm(const float* grads, int64_t n) {
+  std::vector<double> partial(static_cast<size_t>(chunks_of(n)), 0.0);
+  kernel_thread_pool().parallel_for(chunks_of(n), [&](int64_t c) {
+    double sum = 0.0;
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) sum += static_cast<double>(grads[i]) * grads[i];
+    partial[static_cast<size_t>(c)] = sum;
+  });
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(grads[i]) * grads[i];
+  for (double p : partial) sum += p;
   return std::sqrt(sum);
 }
 
@@ -33,7 +53,9 @@ double AdamW::step(float* params, float* grads, double lr) {
   if (!std::isfinite(norm)) return norm;
   if (config_.max_grad_norm > 0 && norm > config_.max_grad_norm) {
     const float scale = static_cast<float>(config_.max_grad_norm / norm);
-    for (int64_t i = 0; i < n; ++i) grads[i] *= scale;
+    kernel_thread_pool().parallel_for(chunks_of(n), [&](int64_t c) {
+      for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) grads[i] *= scale;
+    });
   }
   ++step_;
   const double bias1 = 1.0 - std::pow(config_.beta1, static_cast<double>(step_));
@@ -42,19 +64,24 @@ double AdamW::step(float* params, float* grads, double lr) {
   const float step_size = static_cast<float>(lr / bias1);
   const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
   const float eps = static_cast<float>(config_.eps);
-  for (const ParamInfo& t : tensors_) {
-    const float decay = t.decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
-    float* p = params + t.offset;
-    const float* g = grads + t.offset;
-    float* m = m_.data() + t.offset;
-    float* v = v_.data() + t.offset;
-    for (int64_t i = 0; i < t.shape.numel(); ++i) {
+  // One task per chunk of one tensor (every element's update is independent of the others).
+  std::vector<std::pair<const ParamInfo*, int64_t>> tasks;
+  for (const ParamInfo& t : tensors_)
+    for (int64_t c = 0; c < chunks_of(t.shape.numel()); ++c) tasks.emplace_back(&t, c);
+  kernel_thread_pool().parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t task) {
+    const auto [t, c] = tasks[static_cast<size_t>(task)];
+    const float decay = t->decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
+    float* p = params + t->offset;
+    const float* g = grads + t->offset;
+    float* m = m_.data() + t->offset;
+    float* v = v_.data() + t->offset;
+    for (int64_t i = c * kChunk; i < std::min(t->shape.numel(), (c + 1) * kChunk); ++i) {
       m[i] = b1 * m[i] + (1.0f - b1) * g[i];
       v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
       // Decoupled decay (Loshchilov & Hutter): p <- p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)
       p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bias2 + eps);
     }
-  }
+  });
   return norm;
 }
 
