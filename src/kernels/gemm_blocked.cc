@@ -136,12 +136,12 @@ void gemm_blocked(const GemmProblem& p, const GemmBackend& be, int threads) {
 
   // With `accumulate`, C = C + (A B^T) as in the scalar twin: the product is formed on its own
   // (starting from zero) and added at the end.
-  AlignedBuffer<float> product;
+  // The scratch is kept for the next call of the caller's thread (wgrad accumulates every step).
+  thread_local AlignedBuffer<float> product;
   float* dst = p.c;
   int64_t ldd = p.ldc;
   if (p.accumulate) {
-    product = AlignedBuffer<float>(static_cast<size_t>(p.M * p.N));
-    dst = product.data();
+    dst = reserve(product, static_cast<size_t>(p.M * p.N));
     ldd = p.N;
   }
   pool.parallel_for(

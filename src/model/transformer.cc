@@ -334,16 +334,20 @@ void Transformer::backward(const float* dlogprobs) {
   const int64_t N = B_ * T_, C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
   const int64_t D = config_.head_dim, QD = config_.q_dim(), KD = config_.kv_dim(), V = config_.vocab_size;
   const AttentionShape shape{B_, T_, Hq, Hkv, D};
-  std::vector<float> dlogits(static_cast<size_t>(N * V)), dhf(static_cast<size_t>(N * C));
-  std::vector<float> dx(static_cast<size_t>(N * C)), dx_mid(static_cast<size_t>(N * C)), dh(static_cast<size_t>(N * C));
-  std::vector<float> ds(static_cast<size_t>(N * F)), dg(static_cast<size_t>(N * F)), du(static_cast<size_t>(N * F));
-  std::vector<float> datt(static_cast<size_t>(N * QD)), dq(static_cast<size_t>(N * QD)), dk(static_cast<size_t>(N * KD));
-  std::vector<float> dv(static_cast<size_t>(N * KD)), dq_raw, dk_raw;
-  if (config_.qk_norm) dq_raw.resize(dq.size()), dk_raw.resize(dk.size());
+  // Gradient buffers, kept for the next call (every element is written before it is read).
+  BackwardScratch& w = backward_scratch_;
+  ensure(w.dlogits, N * V), ensure(w.dhf, N * C), ensure(w.dx, N * C), ensure(w.dx_mid, N * C), ensure(w.dh, N * C);
+  ensure(w.ds, N * F), ensure(w.dg, N * F), ensure(w.du, N * F);
+  ensure(w.datt, N * QD), ensure(w.dq, N * QD), ensure(w.dk, N * KD), ensure(w.dv, N * KD);
+  if (config_.qk_norm) ensure(w.dq_raw, N * QD), ensure(w.dk_raw, N * KD);
+  float *dlogits = w.dlogits.data(), *dhf = w.dhf.data(), *dx = w.dx.data(), *dx_mid = w.dx_mid.data();
+  float *dh = w.dh.data(), *ds = w.ds.data(), *dg = w.dg.data(), *du = w.du.data(), *datt = w.datt.data();
+  float *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data(), *dq_raw = w.dq_raw.data(), *dk_raw = w.dk_raw.data();
+  const size_t residual_bytes = sizeof(float) * static_cast<size_t>(N * C);
 
-  token_logprobs_backward(dlogits.data(), dlogprobs, logits_.data(), batch_.targets.data(), N, V);
-  lm_head_.backward(dhf.data(), false, g_.lm_head, dlogits.data(), N, c_lm_head_);
-  rmsnorm_backward(dx.data(), g_.final_norm, dhf.data(), x_final_.data(), w_.final_norm, rstd_f_.data(), N, C, false);
+  token_logprobs_backward(dlogits, dlogprobs, logits_.data(), batch_.targets.data(), N, V);
+  lm_head_.backward(dhf, false, g_.lm_head, dlogits, N, c_lm_head_);
+  rmsnorm_backward(dx, g_.final_norm, dhf, x_final_.data(), w_.final_norm, rstd_f_.data(), N, C, false);
 
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
     LayerActs& a = acts_[static_cast<size_t>(l)];
@@ -351,36 +355,36 @@ void Transformer::backward(const float* dlogprobs) {
     const LayerWeights& lg = g_.layers[static_cast<size_t>(l)];
     const LayerLinears& ll = linears_[static_cast<size_t>(l)];
     // x_next = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
-    ll.down.backward(ds.data(), false, lg.w_down, dx.data(), N, a.cdown);
-    swiglu_backward(dg.data(), du.data(), ds.data(), a.g.data(), a.u.data(), N * F);
-    ll.gate.backward(dh.data(), false, lg.w_gate, dg.data(), N, a.cgate);
-    ll.up.backward(dh.data(), true, lg.w_up, du.data(), N, a.cup);
-    dx_mid = dx;
-    rmsnorm_backward(dx_mid.data(), lg.mlp_norm, dh.data(), a.x_mid.data(), lw.mlp_norm, a.rstd2.data(), N, C, true);
+    ll.down.backward(ds, false, lg.w_down, dx, N, a.cdown);
+    swiglu_backward(dg, du, ds, a.g.data(), a.u.data(), N * F);
+    ll.gate.backward(dh, false, lg.w_gate, dg, N, a.cgate);
+    ll.up.backward(dh, true, lg.w_up, du, N, a.cup);
+    std::memcpy(dx_mid, dx, residual_bytes);
+    rmsnorm_backward(dx_mid, lg.mlp_norm, dh, a.x_mid.data(), lw.mlp_norm, a.rstd2.data(), N, C, true);
     // x_mid = x + o(attention(rope(norm(q(h1))), rope(norm(k(h1))), v(h1))), h1 = norm(x)
-    ll.o.backward(datt.data(), false, lg.wo, dx_mid.data(), N, a.co);
-    attention_backward(dq.data(), dk.data(), dv.data(), datt.data(), a.probs.data(), a.q.data(), a.k.data(),
+    ll.o.backward(datt, false, lg.wo, dx_mid, N, a.co);
+    attention_backward(dq, dk, dv, datt, a.probs.data(), a.q.data(), a.k.data(),
                        a.v.data(), shape);
-    rope_backward(dq.data(), batch_.positions.data(), N, Hq, D, rope_);
-    rope_backward(dk.data(), batch_.positions.data(), N, Hkv, D, rope_);
-    const float* dq_in = dq.data();
-    const float* dk_in = dk.data();
+    rope_backward(dq, batch_.positions.data(), N, Hq, D, rope_);
+    rope_backward(dk, batch_.positions.data(), N, Hkv, D, rope_);
+    const float* dq_in = dq;
+    const float* dk_in = dk;
     if (config_.qk_norm) {
-      rmsnorm_backward(dq_raw.data(), lg.q_norm, dq.data(), a.q_raw.data(), lw.q_norm, a.q_rstd.data(), N * Hq, D, false);
-      rmsnorm_backward(dk_raw.data(), lg.k_norm, dk.data(), a.k_raw.data(), lw.k_norm, a.k_rstd.data(), N * Hkv, D, false);
-      dq_in = dq_raw.data();
-      dk_in = dk_raw.data();
+      rmsnorm_backward(dq_raw, lg.q_norm, dq, a.q_raw.data(), lw.q_norm, a.q_rstd.data(), N * Hq, D, false);
+      rmsnorm_backward(dk_raw, lg.k_norm, dk, a.k_raw.data(), lw.k_norm, a.k_rstd.data(), N * Hkv, D, false);
+      dq_in = dq_raw;
+      dk_in = dk_raw;
     }
-    ll.q.backward(dh.data(), false, lg.wq, dq_in, N, a.cq);
-    ll.k.backward(dh.data(), true, lg.wk, dk_in, N, a.ck);
-    ll.v.backward(dh.data(), true, lg.wv, dv.data(), N, a.cv);
-    dx = dx_mid;
-    rmsnorm_backward(dx.data(), lg.attn_norm, dh.data(), a.x.data(), lw.attn_norm, a.rstd1.data(), N, C, true);
+    ll.q.backward(dh, false, lg.wq, dq_in, N, a.cq);
+    ll.k.backward(dh, true, lg.wk, dk_in, N, a.ck);
+    ll.v.backward(dh, true, lg.wv, dv, N, a.cv);
+    std::memcpy(dx, dx_mid, residual_bytes);
+    rmsnorm_backward(dx, lg.attn_norm, dh, a.x.data(), lw.attn_norm, a.rstd1.data(), N, C, true);
   }
   // Embedding: dE[token[n], :] += dx[n, :]
   for (int64_t n = 0; n < N; ++n) {
     float* row = g_.embed + batch_.tokens[static_cast<size_t>(n)] * C;
-    for (int64_t i = 0; i < C; ++i) row[i] += dx[static_cast<size_t>(n * C + i)];
+    for (int64_t i = 0; i < C; ++i) row[i] += dx[n * C + i];
   }
 }
 

@@ -150,6 +150,10 @@ class Transformer {
   TokenBatch batch_;  // copy of the last forward's batch
   std::vector<LayerActs> acts_;
   AlignedBuffer<float> x_final_, hf_, rstd_f_, logits_;  // [N, C], [N, C], [N], [N, V]
+  struct BackwardScratch {  // backward's gradient buffers, reused across calls
+    AlignedBuffer<float> dlogits, dhf, dx, dx_mid, dh, ds, dg, du, datt, dq, dk, dv, dq_raw, dk_raw;
+  };
+  BackwardScratch backward_scratch_;
   LinearCache c_lm_head_;
   std::vector<QkvAmax> qkv_amax_;
   // Scratch of qkv_amax(): one layer's activations (reused by every layer) and the projections.
