@@ -2,7 +2,7 @@
 //
 // Include this only inside an FP8RL_AMX_BEGIN ... FP8RL_AMX_END region (see simd_target.h).
 // The tile configuration belongs to a thread: every task that runs AMX instructions calls
-// configure_16x64_tiles() first (the kernel thread pool reuses threads, and another library may
+// configure_tiles() first (the kernel thread pool reuses threads, and another library may
 // have loaded a different configuration in between).
 #pragma once
 
@@ -22,17 +22,21 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-// All eight tiles 16 rows x 64 bytes: 16 x 16 FP32 accumulators, or 16 x 32 BF16 operands.
-inline void configure_16x64_tiles() {
+// Every tile 64 bytes wide (16 FP32 accumulators or 32 BF16 operands per row); tiles 0-4 have
+// `rows` rows (the accumulators and the A operand of a product with fewer rows), tiles 5-7 have 16.
+inline void configure_tiles(int rows) {
   TileConfig config;
   for (int t = 0; t < 8; ++t) {
     config.bytes_per_row[t] = 64;
-    config.rows[t] = 16;
+    config.rows[t] = static_cast<uint8_t>(t < 5 ? rows : 16);
   }
   // Not _tile_loadconfig(): GCC 12 does not see that its builtin reads all 64 bytes and drops the
   // stores above; an asm with the whole struct as a memory operand keeps them.
   __asm__ volatile("ldtilecfg %0" : : "m"(config));
 }
+
+// All eight tiles 16 rows x 64 bytes.
+inline void configure_16x64_tiles() { configure_tiles(16); }
 
 // In-register transpose of a 16 x 16 matrix of 32-bit words (v[r] = row r on entry, column r on
 // exit). Four rounds; in the round of block size b, rows r and r + b (bit b of r clear) swap their

@@ -135,7 +135,7 @@ void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, float* y,
 
 void gemv_strips_amx(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
                      int64_t s1) {
-  amx::configure_16x64_tiles();
+  amx::configure_tiles(static_cast<int>(x.M));  // A and accumulators: M rows (a product costs M rows)
   const avx512::E4m3Decoder dec;
   for (int64_t s = s0; s < s1; s += kGroup) {
     const int S = static_cast<int>(std::min<int64_t>(kGroup, s1 - s));
