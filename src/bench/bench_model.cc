@@ -1,7 +1,7 @@
 // `fp8rl bench model`: training throughput of the trainer (forward + backward + AdamW step, the
 // work of one sft_step) in tokens/s, BF16 and FP8 linears, one thread and two, against the same
 // model and batch in PyTorch (BF16 autocast on CPU, eager, torch.optim.AdamW) measured in the
-// same run, and against the vdpbf16ps peak. The peer runs twice: as PyTorch runs by default (its
+// same run, and against the peak of the GEMM path in use (AMX tiles or vdpbf16ps). The peer runs twice: as PyTorch runs by default (its
 // oneDNN uses AMX tiles on a CPU that has them) and limited to AVX-512 BF16 like our kernels.
 //
 // The kernels take their thread count from the process-wide pool (FP8RL_NUM_THREADS, read once
@@ -36,6 +36,7 @@
 namespace fp8rl::bench {
 
 double peak_bf16_dot_gflops(int64_t iterations);  // bench_kernels.cc
+double peak_amx_bf16_gflops(int64_t iterations);  // bench_kernels.cc
 
 // ---- helpers shared with bench_generate.cc (declared in bench_suites.h) ----------------------
 
@@ -153,10 +154,14 @@ void run_model_child(const BenchOptions& options, bool quick) {
   }
   const std::vector<double> seconds = time_interleaved(steps, options.repeats);
 
+  // The compute limit of the GEMM path in use: AMX tile products or vdpbf16ps.
   double peak = 0;
+  const bool amx = resolve_isa(Isa::kAuto) == Isa::kAmx;
   if (cpu_features().has_avx512_kernels()) {
     std::vector<double> runs;
-    for (int i = 0; i < 3; ++i) runs.push_back(peak_bf16_dot_gflops(quick ? 200'000 : 3'000'000));
+    for (int i = 0; i < 3; ++i)
+      runs.push_back(amx ? peak_amx_bf16_gflops(quick ? 20'000 : 300'000)
+                         : peak_bf16_dot_gflops(quick ? 200'000 : 3'000'000));
     peak = median(runs);
   }
   const double tokens = static_cast<double>(s.B * s.T);
@@ -172,10 +177,11 @@ void run_model_child(const BenchOptions& options, bool quick) {
                                 {"tokens_per_s", tokens / seconds[i]},
                                 {"linear_gflops", gflops}};
     if (peak > 0) {
-      r["limit"] = "peak_bf16_dot x threads";
+      r["limit"] = amx ? "peak_amx_bf16 x threads" : "peak_bf16_dot x threads";
       r["limit_gflops"] = peak * threads;
       r["ratio_to_limit"] = gflops / (peak * threads);
     }
+    r["isa"] = isa_name(resolve_isa(Isa::kAuto));
     fmt::print("{}\n", r.dump());
   }
   std::fflush(stdout);
