@@ -182,8 +182,8 @@ GemmBackend make_backend(OperandType type) {
   be.k_group = 2;
   be.element_bytes = 2;
   be.kc_block = 512;  // A and B panels 32 KiB each; a multiple of 128 (FP8 slices) and of 32 (chunks)
-  be.mc_block = 256;
-  be.nc_block = 512;
+  be.mc_block = 128;  // A block 128 KiB and B block 1 MiB in L2 (tuned on 1024^3 .. 640x768x256)
+  be.nc_block = 1024;
   be.pack_a = pack_a_amx;
   be.pack_b = pack_b_amx;
   be.prepare = amx::configure_16x64_tiles;
