@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh release
-if [ ! -f runs/sft-arithmetic/checkpoint/model.safetensors ]; then
+# The warm start is (re)made when it is missing or was made from a different recipe.
+if [ ! -f runs/sft-arithmetic/checkpoint/model.safetensors ] ||
+   ! cmp -s <(build/fp8rl config recipes/sft-arithmetic.yaml) runs/sft-arithmetic/config.yaml; then
   echo "== SFT warm start (recipes/sft-arithmetic.yaml) =="
   rm -rf runs/sft-arithmetic
   build/fp8rl sft recipes/sft-arithmetic.yaml
