@@ -6,6 +6,19 @@
 
 namespace fp8rl {
 
+namespace {
+// Set while this thread runs tasks of a parallel_for (of any pool): a parallel_for issued from
+// inside a task runs its tasks inline on the calling thread instead of waiting for a pool that
+// is busy with the outer job.
+thread_local bool t_in_task = false;
+
+struct InTask {
+  bool saved = t_in_task;
+  InTask() { t_in_task = true; }
+  ~InTask() { t_in_task = saved; }
+};
+}  // namespace
+
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
@@ -30,6 +43,7 @@ void ThreadPool::run_tasks() {
       task = next_task_++;
     }
     try {
+      const InTask in_task;
       (*job_)(task);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -61,7 +75,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn,
   if (n <= 0) return;
   int threads = max_threads <= 0 ? size() : std::min(max_threads, size());
   threads = static_cast<int>(std::min<int64_t>(threads, n));
-  if (threads <= 1) {
+  if (threads <= 1 || t_in_task) {
+    const InTask in_task;
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }

@@ -25,8 +25,9 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Runs fn(i) for i in [0, n) on min(max_threads, size(), n) threads (max_threads <= 0: all).
-  // Tasks are handed out in index order from a shared counter. Not reentrant: fn must not call
-  // parallel_for on the same pool. The first exception thrown by a task is rethrown here.
+  // Tasks are handed out in index order from a shared counter. A parallel_for called from inside
+  // a task (nested) runs its tasks inline, in index order, on the calling thread. The first
+  // exception thrown by a task is rethrown here.
   void parallel_for(int64_t n, const std::function<void(int64_t)>& fn, int max_threads = 0);
 
  private:

@@ -45,10 +45,13 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   std::memset(dk, 0, sizeof(float) * static_cast<size_t>(s.B * s.T * ldkv));
   std::memset(dv, 0, sizeof(float) * static_cast<size_t>(s.B * s.T * ldkv));
-  std::vector<float> ds(static_cast<size_t>(s.T * s.T));  // [T, T]
-  for (int64_t b = 0; b < s.B; ++b) {
-    for (int64_t h = 0; h < s.Hq; ++h) {
-      const int64_t g = h / group;
+  // One task per (sequence, kv head): its query heads in order, so dK and dV of the kv head
+  // accumulate in the same order as a single loop; the GEMMs inside run on the task's thread.
+  kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
+    const int64_t b = task / s.Hkv, g = task % s.Hkv;
+    thread_local std::vector<float> ds;
+    ds.resize(static_cast<size_t>(s.T * s.T));  // [T, T]
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
       const int64_t q_off = b * s.T * ldq + h * s.D, kv_off = b * s.T * ldkv + g * s.D;
       const float* p = probs + (b * s.Hq + h) * s.T * s.T;
       // dV += P^T dO ; dP = dO V^T
@@ -67,7 +70,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       gemm_nn_f32(s.T, s.D, s.T, ds.data(), s.T, k + kv_off, ldkv, dq + q_off, ldq);
       gemm_tn_f32(s.T, s.D, s.T, ds.data(), s.T, q + q_off, ldq, dk + kv_off, ldkv, /*accumulate=*/true);
     }
-  }
+  });
 }
 
 }  // namespace fp8rl

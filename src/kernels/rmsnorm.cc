@@ -1,41 +1,64 @@
 #include "kernels/rmsnorm.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "core/thread_pool.h"
 
 namespace fp8rl {
 
+namespace {
+constexpr int64_t kRowsPerTask = 32;
+constexpr int64_t kColsPerTask = 64;
+
+// fn(r0, r1) over [0, rows) in blocks of `block` on the kernel pool.
+template <typename Fn>
+void for_blocks(int64_t rows, int64_t block, const Fn& fn) {
+  kernel_thread_pool().parallel_for((rows + block - 1) / block,
+                                    [&](int64_t t) { fn(t * block, std::min(rows, (t + 1) * block)); });
+}
+}  // namespace
+
+// Rows are independent: blocks of rows run on the kernel pool (same bits for any thread count).
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t dim, float eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    double sum_sq = 0.0;  // double: the mean of squares is the one reduction whose error we can avoid cheaply
-    for (int64_t i = 0; i < dim; ++i) sum_sq += static_cast<double>(xr[i]) * xr[i];
-    const float s = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(dim) + eps));
-    rstd[r] = s;
-    for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * s) * w[i];
-  }
+  for_blocks(rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      double sum_sq = 0.0;  // double: the mean of squares is the one reduction whose error we can avoid cheaply
+      for (int64_t i = 0; i < dim; ++i) sum_sq += static_cast<double>(xr[i]) * xr[i];
+      const float s = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(dim) + eps));
+      rstd[r] = s;
+      for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * s) * w[i];
+    }
+  });
 }
 
+// dx row by row (blocks of rows on the pool); dw column by column (blocks of columns on the
+// pool), each column summing its rows in order as a single loop would.
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
                       int64_t rows, int64_t dim, bool accumulate_dx) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    const float* dyr = dy + r * dim;
-    float* dxr = dx + r * dim;
-    const float s = rstd[r];
-    // y_i = x_i s w_i with s = (mean x^2 + eps)^-1/2, so ds/dx_j = -s^3 x_j / dim and
-    // dx_j = s w_j dy_j - x_j s^3 / dim * sum_i(dy_i w_i x_i).
-    double dot = 0.0;
-    for (int64_t i = 0; i < dim; ++i) {
-      dot += static_cast<double>(dyr[i]) * w[i] * xr[i];
-      dw[i] += dyr[i] * (xr[i] * s);
+  for_blocks(rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      const float* dyr = dy + r * dim;
+      float* dxr = dx + r * dim;
+      const float s = rstd[r];
+      // y_i = x_i s w_i with s = (mean x^2 + eps)^-1/2, so ds/dx_j = -s^3 x_j / dim and
+      // dx_j = s w_j dy_j - x_j s^3 / dim * sum_i(dy_i w_i x_i).
+      double dot = 0.0;
+      for (int64_t i = 0; i < dim; ++i) dot += static_cast<double>(dyr[i]) * w[i] * xr[i];
+      const float c = static_cast<float>(dot * s * s * s / static_cast<double>(dim));
+      for (int64_t i = 0; i < dim; ++i) {
+        const float g = s * w[i] * dyr[i] - xr[i] * c;
+        dxr[i] = accumulate_dx ? dxr[i] + g : g;
+      }
     }
-    const float c = static_cast<float>(dot * s * s * s / static_cast<double>(dim));
-    for (int64_t i = 0; i < dim; ++i) {
-      const float g = s * w[i] * dyr[i] - xr[i] * c;
-      dxr[i] = accumulate_dx ? dxr[i] + g : g;
-    }
-  }
+  });
+  for_blocks(dim, kColsPerTask, [&](int64_t i0, int64_t i1) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = i0; i < i1; ++i) dw[i] += dy[r * dim + i] * (x[r * dim + i] * rstd[r]);
+  });
 }
 
 }  // namespace fp8rl

@@ -1,5 +1,8 @@
 #include "numerics/codec.h"
 
+#include <algorithm>
+
+#include "core/thread_pool.h"
 #include "numerics/e4m3.h"
 
 namespace fp8rl {
@@ -45,8 +48,15 @@ void bf16_decode_f32(const bf16_t* in, float* out, int64_t n, Isa isa) {
 }
 
 void bf16_round_f32(float* x, int64_t n, Isa isa) {
-  if (uses_avx512(resolve_isa(isa))) return detail::bf16_round_f32_avx512(x, n);
-  for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  // Elementwise, so large arrays are cut into chunks on the kernel pool (same bits).
+  constexpr int64_t kChunk = 32768;
+  const bool avx512 = uses_avx512(resolve_isa(isa));
+  kernel_thread_pool().parallel_for((n + kChunk - 1) / kChunk, [&](int64_t t) {
+    float* p = x + t * kChunk;
+    const int64_t m = std::min(kChunk, n - t * kChunk);
+    if (avx512) return detail::bf16_round_f32_avx512(p, m);
+    for (int64_t i = 0; i < m; ++i) p[i] = bf16_to_f32(f32_to_bf16(p[i]));
+  });
 }
 
 }  // namespace fp8rl
