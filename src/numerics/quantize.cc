@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
 #include "numerics/quantize_kernels.h"
 
 namespace fp8rl {
@@ -81,20 +82,26 @@ void prefetch_range(const void* p, int64_t bytes) {
 // the two overlap instead of alternating.
 constexpr int64_t kPrefetchPiece = 8 * kB;  // columns encoded per prefetch request batch
 
+// Rows in tasks of kRowsPerTask on the kernel pool (rows are independent: same bits).
+constexpr int64_t kRowsPerTask = 16;
+
 void quantize_rows_1x128(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
   const int64_t blocks = q.scales().cols;
-  std::vector<uint32_t> amax(static_cast<size_t>(blocks));
-  std::vector<float> qs(static_cast<size_t>(blocks));
-  for (int64_t r = 0; r < x.rows; ++r) {
-    std::fill(amax.begin(), amax.end(), 0u);
-    k.amax_bits_blocks(x.at(r, 0), x.ld, 1, x.cols, amax.data());
-    block_multipliers(amax.data(), blocks, f, qs.data(), q.scale_inv.data() + r * blocks, 1);
-    for (int64_t c0 = 0; c0 < x.cols; c0 += kPrefetchPiece) {
-      const int64_t n = std::min(kPrefetchPiece, x.cols - c0);
-      if (r + 1 < x.rows) prefetch_range(x.at(r + 1, c0), n * static_cast<int64_t>(x.elem));
-      k.scale_encode_blocks(x.at(r, c0), n, qs.data() + c0 / kB, q.codes.data() + r * x.cols + c0);
+  kernel_thread_pool().parallel_for((x.rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
+    std::vector<uint32_t> amax(static_cast<size_t>(blocks));
+    std::vector<float> qs(static_cast<size_t>(blocks));
+    const int64_t r_end = std::min(x.rows, (task + 1) * kRowsPerTask);
+    for (int64_t r = task * kRowsPerTask; r < r_end; ++r) {
+      std::fill(amax.begin(), amax.end(), 0u);
+      k.amax_bits_blocks(x.at(r, 0), x.ld, 1, x.cols, amax.data());
+      block_multipliers(amax.data(), blocks, f, qs.data(), q.scale_inv.data() + r * blocks, 1);
+      for (int64_t c0 = 0; c0 < x.cols; c0 += kPrefetchPiece) {
+        const int64_t n = std::min(kPrefetchPiece, x.cols - c0);
+        if (r + 1 < r_end) prefetch_range(x.at(r + 1, c0), n * static_cast<int64_t>(x.elem));
+        k.scale_encode_blocks(x.at(r, c0), n, qs.data() + c0 / kB, q.codes.data() + r * x.cols + c0);
+      }
     }
-  }
+  });
 }
 
 // 128x128 blocks, a panel of kBlockPanel column blocks at a time: the panel's 128 rows
@@ -103,18 +110,23 @@ void quantize_rows_1x128(const Source& x, const SourceKernels& k, ScaleFormat f,
 void quantize_blocks_128x128(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
   constexpr int64_t kBlockPanel = 8;
   const int64_t scale_cols = q.scales().cols;
-  std::vector<uint32_t> amax(static_cast<size_t>(kBlockPanel));
-  std::vector<float> qs(static_cast<size_t>(kBlockPanel));
-  for (int64_t r0 = 0, rb = 0; r0 < x.rows; r0 += kB, ++rb) {
-    const int64_t m = std::min(kB, x.rows - r0);
-    for (int64_t cb0 = 0; cb0 < scale_cols; cb0 += kBlockPanel) {
-      const int64_t c0 = cb0 * kB, nb = std::min(kBlockPanel, scale_cols - cb0), n = std::min(nb * kB, x.cols - c0);
-      std::fill(amax.begin(), amax.end(), 0u);
-      k.amax_bits_blocks(x.at(r0, c0), x.ld, m, n, amax.data());
-      block_multipliers(amax.data(), nb, f, qs.data(), q.scale_inv.data() + rb * scale_cols + cb0, 1);
-      for (int64_t r = r0; r < r0 + m; ++r) k.scale_encode_blocks(x.at(r, c0), n, qs.data(), q.codes.data() + r * x.cols + c0);
+  // 128-row bands in tasks on the kernel pool (bands are independent: same bits).
+  kernel_thread_pool().parallel_for((x.rows + kB - 1) / kB, [&](int64_t rb) {
+    std::vector<uint32_t> amax(static_cast<size_t>(kBlockPanel));
+    std::vector<float> qs(static_cast<size_t>(kBlockPanel));
+    const int64_t r0 = rb * kB;
+    {
+      const int64_t m = std::min(kB, x.rows - r0);
+      for (int64_t cb0 = 0; cb0 < scale_cols; cb0 += kBlockPanel) {
+        const int64_t c0 = cb0 * kB, nb = std::min(kBlockPanel, scale_cols - cb0), n = std::min(nb * kB, x.cols - c0);
+        std::fill(amax.begin(), amax.end(), 0u);
+        k.amax_bits_blocks(x.at(r0, c0), x.ld, m, n, amax.data());
+        block_multipliers(amax.data(), nb, f, qs.data(), q.scale_inv.data() + rb * scale_cols + cb0, 1);
+        for (int64_t r = r0; r < r0 + m; ++r)
+          k.scale_encode_blocks(x.at(r, c0), n, qs.data(), q.codes.data() + r * x.cols + c0);
+      }
     }
-  }
+  });
 }
 
 void quantize_per_tensor(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
@@ -126,39 +138,44 @@ void quantize_per_tensor(const Source& x, const SourceKernels& k, ScaleFormat f,
   float qs = 0.0f;
   block_multipliers(&all, 1, f, &qs, q.scale_inv.data(), 1);
   const std::vector<float> qs_blocks(static_cast<size_t>(blocks), qs);
-  for (int64_t r = 0; r < x.rows; ++r) k.scale_encode_blocks(x.at(r, 0), x.cols, qs_blocks.data(), q.codes.data() + r * x.cols);
+  for (int64_t r = 0; r < x.rows; ++r)
+    k.scale_encode_blocks(x.at(r, 0), x.cols, qs_blocks.data(), q.codes.data() + r * x.cols);
 }
 
 // 128x1 blocks along rows. Writes either the row-major kCols128x1 layout (`transposed` false:
 // codes [rows, cols], scales [ceil(rows/128), cols]) or its transpose, the column-wise copy of a
 // 1x128-rows tensor (`transposed` true: codes [cols, rows], scales [cols, ceil(rows/128)]).
-void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q,
-                         bool transposed) {
-  std::vector<uint32_t> amax(static_cast<size_t>(kColPanel));
-  std::vector<float> qs(static_cast<size_t>(kColPanel));
-  std::vector<uint8_t> tile(transposed ? static_cast<size_t>(kB * kColPanel) : 0);
+void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q, bool transposed) {
   const int64_t row_blocks = (x.rows + kB - 1) / kB;
-  for (int64_t r0 = 0, rb = 0; r0 < x.rows; r0 += kB, ++rb) {
-    const int64_t m = std::min(kB, x.rows - r0);
-    for (int64_t c0 = 0; c0 < x.cols; c0 += kColPanel) {
-      const int64_t n = std::min(kColPanel, x.cols - c0);
-      std::fill(amax.begin(), amax.end(), 0u);
-      for (int64_t r = r0; r < r0 + m; ++r) k.amax_bits_accumulate(x.at(r, c0), n, amax.data());
-      if (transposed) {
-        block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + c0 * row_blocks + rb, row_blocks);
-      } else {
-        block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + rb * x.cols + c0, 1);
-      }
-      for (int64_t r = r0; r < r0 + m; ++r) {
-        uint8_t* dst = transposed ? tile.data() + (r - r0) * kColPanel : q.codes.data() + r * x.cols + c0;
-        k.scale_encode_each(x.at(r, c0), n, qs.data(), dst);
-      }
-      if (transposed) {
-        for (int64_t c = 0; c < n; ++c)
-          for (int64_t r = 0; r < m; ++r) q.codes[static_cast<size_t>((c0 + c) * x.rows + r0 + r)] = tile[static_cast<size_t>(r * kColPanel + c)];
+  // 128-row bands in tasks on the kernel pool (bands write disjoint codes and scales: same bits).
+  kernel_thread_pool().parallel_for(row_blocks, [&](int64_t rb) {
+    std::vector<uint32_t> amax(static_cast<size_t>(kColPanel));
+    std::vector<float> qs(static_cast<size_t>(kColPanel));
+    std::vector<uint8_t> tile(transposed ? static_cast<size_t>(kB * kColPanel) : 0);
+    const int64_t r0 = rb * kB;
+    {
+      const int64_t m = std::min(kB, x.rows - r0);
+      for (int64_t c0 = 0; c0 < x.cols; c0 += kColPanel) {
+        const int64_t n = std::min(kColPanel, x.cols - c0);
+        std::fill(amax.begin(), amax.end(), 0u);
+        for (int64_t r = r0; r < r0 + m; ++r) k.amax_bits_accumulate(x.at(r, c0), n, amax.data());
+        if (transposed) {
+          block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + c0 * row_blocks + rb, row_blocks);
+        } else {
+          block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + rb * x.cols + c0, 1);
+        }
+        for (int64_t r = r0; r < r0 + m; ++r) {
+          uint8_t* dst = transposed ? tile.data() + (r - r0) * kColPanel : q.codes.data() + r * x.cols + c0;
+          k.scale_encode_each(x.at(r, c0), n, qs.data(), dst);
+        }
+        if (transposed) {
+          for (int64_t c = 0; c < n; ++c)
+            for (int64_t r = 0; r < m; ++r)
+              q.codes[static_cast<size_t>((c0 + c) * x.rows + r0 + r)] = tile[static_cast<size_t>(r * kColPanel + c)];
+        }
       }
     }
-  }
+  });
 }
 
 // dst = transpose(src) for a [rows, cols] byte matrix, in 32x32 tiles.
