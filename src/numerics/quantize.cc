@@ -115,16 +115,14 @@ void quantize_blocks_128x128(const Source& x, const SourceKernels& k, ScaleForma
     std::vector<uint32_t> amax(static_cast<size_t>(kBlockPanel));
     std::vector<float> qs(static_cast<size_t>(kBlockPanel));
     const int64_t r0 = rb * kB;
-    {
-      const int64_t m = std::min(kB, x.rows - r0);
-      for (int64_t cb0 = 0; cb0 < scale_cols; cb0 += kBlockPanel) {
-        const int64_t c0 = cb0 * kB, nb = std::min(kBlockPanel, scale_cols - cb0), n = std::min(nb * kB, x.cols - c0);
-        std::fill(amax.begin(), amax.end(), 0u);
-        k.amax_bits_blocks(x.at(r0, c0), x.ld, m, n, amax.data());
-        block_multipliers(amax.data(), nb, f, qs.data(), q.scale_inv.data() + rb * scale_cols + cb0, 1);
-        for (int64_t r = r0; r < r0 + m; ++r)
-          k.scale_encode_blocks(x.at(r, c0), n, qs.data(), q.codes.data() + r * x.cols + c0);
-      }
+    const int64_t m = std::min(kB, x.rows - r0);
+    for (int64_t cb0 = 0; cb0 < scale_cols; cb0 += kBlockPanel) {
+      const int64_t c0 = cb0 * kB, nb = std::min(kBlockPanel, scale_cols - cb0), n = std::min(nb * kB, x.cols - c0);
+      std::fill(amax.begin(), amax.end(), 0u);
+      k.amax_bits_blocks(x.at(r0, c0), x.ld, m, n, amax.data());
+      block_multipliers(amax.data(), nb, f, qs.data(), q.scale_inv.data() + rb * scale_cols + cb0, 1);
+      for (int64_t r = r0; r < r0 + m; ++r)
+        k.scale_encode_blocks(x.at(r, c0), n, qs.data(), q.codes.data() + r * x.cols + c0);
     }
   });
 }
@@ -153,26 +151,24 @@ void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f,
     std::vector<float> qs(static_cast<size_t>(kColPanel));
     std::vector<uint8_t> tile(transposed ? static_cast<size_t>(kB * kColPanel) : 0);
     const int64_t r0 = rb * kB;
-    {
-      const int64_t m = std::min(kB, x.rows - r0);
-      for (int64_t c0 = 0; c0 < x.cols; c0 += kColPanel) {
-        const int64_t n = std::min(kColPanel, x.cols - c0);
-        std::fill(amax.begin(), amax.end(), 0u);
-        for (int64_t r = r0; r < r0 + m; ++r) k.amax_bits_accumulate(x.at(r, c0), n, amax.data());
-        if (transposed) {
-          block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + c0 * row_blocks + rb, row_blocks);
-        } else {
-          block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + rb * x.cols + c0, 1);
-        }
-        for (int64_t r = r0; r < r0 + m; ++r) {
-          uint8_t* dst = transposed ? tile.data() + (r - r0) * kColPanel : q.codes.data() + r * x.cols + c0;
-          k.scale_encode_each(x.at(r, c0), n, qs.data(), dst);
-        }
-        if (transposed) {
-          for (int64_t c = 0; c < n; ++c)
-            for (int64_t r = 0; r < m; ++r)
-              q.codes[static_cast<size_t>((c0 + c) * x.rows + r0 + r)] = tile[static_cast<size_t>(r * kColPanel + c)];
-        }
+    const int64_t m = std::min(kB, x.rows - r0);
+    for (int64_t c0 = 0; c0 < x.cols; c0 += kColPanel) {
+      const int64_t n = std::min(kColPanel, x.cols - c0);
+      std::fill(amax.begin(), amax.end(), 0u);
+      for (int64_t r = r0; r < r0 + m; ++r) k.amax_bits_accumulate(x.at(r, c0), n, amax.data());
+      if (transposed) {
+        block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + c0 * row_blocks + rb, row_blocks);
+      } else {
+        block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + rb * x.cols + c0, 1);
+      }
+      for (int64_t r = r0; r < r0 + m; ++r) {
+        uint8_t* dst = transposed ? tile.data() + (r - r0) * kColPanel : q.codes.data() + r * x.cols + c0;
+        k.scale_encode_each(x.at(r, c0), n, qs.data(), dst);
+      }
+      if (transposed) {
+        for (int64_t c = 0; c < n; ++c)
+          for (int64_t r = 0; r < m; ++r)
+            q.codes[static_cast<size_t>((c0 + c) * x.rows + r0 + r)] = tile[static_cast<size_t>(r * kColPanel + c)];
       }
     }
   });
