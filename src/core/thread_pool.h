@@ -57,4 +57,14 @@ int hardware_threads();
 // min(size, hardware_threads()).
 ThreadPool& kernel_thread_pool();
 
+// fn(begin, end) for the ranges [0, chunk), [chunk, 2 chunk), ... covering [0, n), as tasks of
+// kernel_thread_pool(). The ranges depend only on n and chunk, never on the thread count.
+template <typename Fn>
+void parallel_for_ranges(int64_t n, int64_t chunk, const Fn& fn) {
+  kernel_thread_pool().parallel_for((n + chunk - 1) / chunk, [&](int64_t t) {
+    const int64_t begin = t * chunk;
+    fn(begin, n - begin < chunk ? n : begin + chunk);
+  });
+}
+
 }  // namespace fp8rl

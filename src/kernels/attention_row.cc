@@ -1,11 +1,21 @@
 // attention_row_f32: the dispatcher and the portable path (attention_row with row loaders).
 #include "kernels/attention_row.h"
 
-#include <vector>
+#include <cmath>
 
 #include "core/check.h"
 
 namespace fp8rl {
+
+void attention_softmax(float* p, int64_t len, float max) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < len; ++j) {
+    p[j] = std::exp(p[j] - max);
+    sum += p[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < len; ++j) p[j] *= inv;
+}
 
 void attention_row_f32(float* out, float* probs, const float* q, const AttentionRows* segments, int num_segments,
                        int64_t len, int64_t D, int64_t stride, float score_scale, float value_scale, Isa isa) {

@@ -27,6 +27,10 @@ inline float attention_dot(const float* a, const float* b, int64_t D) {
   return lanes[0];
 }
 
+// p[j] = exp(p[j] - max) / sum over j, the sum taken in index order. Defined in attention_row.cc
+// (plain x86-64), so the scalar template and the AVX-512 path share one compiled copy.
+void attention_softmax(float* p, int64_t len, float max);
+
 // probs[0..len) receives p. `scratch` holds D floats for the loaders.
 template <typename LoadK, typename LoadV>
 void attention_row(float* out, float* probs, const float* q, int64_t len, int64_t D, float score_scale,
@@ -36,13 +40,7 @@ void attention_row(float* out, float* probs, const float* q, int64_t len, int64_
     probs[j] = attention_dot(q, load_k(j, scratch), D) * score_scale;
     max = std::max(max, probs[j]);
   }
-  float sum = 0.0f;
-  for (int64_t j = 0; j < len; ++j) {
-    probs[j] = std::exp(probs[j] - max);
-    sum += probs[j];
-  }
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < len; ++j) probs[j] *= inv;
+  attention_softmax(probs, len, max);
   for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
     const float* v = load_v(j, scratch);

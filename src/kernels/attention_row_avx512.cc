@@ -2,7 +2,7 @@
 //   score: lane l of one 16-wide accumulator sums q[i] * k[i] for i = l, l + 16, ... in order
 //          (multiply, then add; lanes past D never added to), then the same reduction tree
 //          (halves of 8, 4, 2, 1 lanes added pairwise); times score_scale.
-//   softmax: scalar max, std::exp and sequential sum, exactly as the template.
+//   softmax: scalar max, then the template's own attention_softmax (compiled for plain x86-64).
 //   output: lane d sums p[j] * v_j[d] over j in order (multiply, then add), then * value_scale.
 #include <algorithm>
 #include <cmath>
@@ -49,13 +49,7 @@ void attention_row_f32_avx512(float* out, float* probs, const float* q, const At
       probs[j] = reduce_tree(acc) * score_scale;
       max = std::max(max, probs[j]);
     }
-  float sum = 0.0f;
-  for (int64_t t = 0; t < len; ++t) {
-    probs[t] = std::exp(probs[t] - max);
-    sum += probs[t];
-  }
-  const float inv = 1.0f / sum;
-  for (int64_t t = 0; t < len; ++t) probs[t] *= inv;
+  attention_softmax(probs, len, max);
   for (int64_t c0 = 0; c0 < chunks; c0 += kOutChunks) {
     const int64_t n = std::min(kOutChunks, chunks - c0);
     __m512 acc[kOutChunks];

@@ -43,33 +43,31 @@ void for_each_band(int64_t N, int threads, const Fn& fn) {
   kernel_thread_pool().parallel_for(ceil_div(N, kQuantBlock), [&](int64_t band) { fn(band); }, thread_count(threads));
 }
 
-void pack_activations_bf16(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, PackedActivations& out) {
+// The kernels' activation layout (gemv_kernels.h): x.tiles for the AMX path, x.pairs otherwise;
+// scales 1 (the FP8 caller overwrites them).
+void pack_activations_bf16(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, Isa isa, PackedActivations& out) {
   const int64_t pairs = ceil_div(K, 2);
   out.M = M;
   out.K = K;
-  out.pairs = AlignedBuffer<uint32_t>(static_cast<size_t>(pairs * M));
   out.scales = AlignedBuffer<float>(static_cast<size_t>(M * ceil_div(K, kQuantBlock)));
+  std::fill(out.scales.begin(), out.scales.end(), 1.0f);
+  if (isa == Isa::kAmx) {
+    // Chunk c of row m is x[m][32c, 32c + 32): one 64-byte tile row, zero past K and past M.
+    const int64_t chunks = ceil_div(pairs, 16);
+    out.tiles = AlignedBuffer<uint32_t>(static_cast<size_t>(chunks * 256));
+    auto* tiles = reinterpret_cast<bf16_t*>(out.tiles.data());
+    for (int64_t c = 0; c < chunks; ++c)
+      for (int64_t m = 0; m < M; ++m)
+        std::copy(x + m * ldx + 32 * c, x + m * ldx + std::min(K, 32 * c + 32), tiles + (c * 16 + m) * 32);
+    return;
+  }
+  out.pairs = AlignedBuffer<uint32_t>(static_cast<size_t>(pairs * M));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t p = 0; p < pairs; ++p) {
       const uint32_t lo = x[m * ldx + 2 * p];
       const uint32_t hi = 2 * p + 1 < K ? x[m * ldx + 2 * p + 1] : 0u;
       out.pairs[static_cast<size_t>(p * M + m)] = lo | (hi << 16);
     }
-  std::fill(out.scales.begin(), out.scales.end(), 1.0f);
-}
-
-// x.tiles from x.pairs (the AMX operand layout, gemv_kernels.h).
-void pack_activation_tiles(PackedActivations& x) {
-  const int64_t pairs = ceil_div(x.K, 2), chunks = ceil_div(pairs, 16);
-  if (x.tiles.size() != static_cast<size_t>(chunks * 256))
-    x.tiles = AlignedBuffer<uint32_t>(static_cast<size_t>(chunks * 256));
-  for (int64_t c = 0; c < chunks; ++c)
-    for (int64_t m = 0; m < kGemvMaxRows; ++m)
-      for (int64_t w = 0; w < 16; ++w) {
-        const int64_t p = c * 16 + w;
-        x.tiles[static_cast<size_t>((c * 16 + m) * 16 + w)] =
-            m < x.M && p < pairs ? x.pairs[static_cast<size_t>(p * x.M + m)] : 0u;
-      }
 }
 
 void check_call(const PackedGemvWeights& W, int64_t M, int64_t ldy) {
@@ -78,9 +76,8 @@ void check_call(const PackedGemvWeights& W, int64_t M, int64_t ldy) {
   FP8RL_CHECK(ldy >= W.rows, "gemv: ldy {} < N {}", ldy, W.rows);
 }
 
-void run(const PackedGemvWeights& W, PackedActivations& x, float* y, int64_t ldy, const GemvOptions& options) {
+void run(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, const GemvOptions& options) {
   const Isa isa = resolve_isa(options.isa);
-  if (isa == Isa::kAmx) pack_activation_tiles(x);
   // Tasks of 8 strips (128 rows): large enough to amortise the hand-out, small enough to balance.
   const int64_t strips = W.strips(), per_task = 8;
   kernel_thread_pool().parallel_for(
@@ -168,7 +165,7 @@ void gemv_bf16(const PackedGemvWeights& W, int64_t M, const bf16_t* x, int64_t l
   check_call(W, M, ldy);
   FP8RL_CHECK(ldx >= W.cols, "gemv: ldx {} < K {}", ldx, W.cols);
   thread_local PackedActivations packed;
-  pack_activations_bf16(M, x, ldx, W.cols, packed);
+  pack_activations_bf16(M, x, ldx, W.cols, resolve_isa(options.isa), packed);
   run(W, packed, y, ldy, options);
 }
 
@@ -182,7 +179,7 @@ void gemv_fp8(const PackedGemvWeights& W, const QuantizedMatrix& x, float* y, in
   decoded.resize(static_cast<size_t>(M * K));
   e4m3_decode_bf16(x.codes.data(), decoded.data(), M * K, options.isa);  // exact
   thread_local PackedActivations packed;
-  pack_activations_bf16(M, decoded.data(), K, K, packed);
+  pack_activations_bf16(M, decoded.data(), K, K, resolve_isa(options.isa), packed);
   std::copy(x.scale_inv.begin(), x.scale_inv.end(), packed.scales.begin());  // [M][ceil(K/128)]
   run(W, packed, y, ldy, options);
 }

@@ -13,8 +13,9 @@ namespace fp8rl::gemv_detail {
 //   pairs  [ceil(K/2)][M] 32-bit words, each a BF16 pair (x[m][2p], x[m][2p+1]), zero past K,
 //          so one cache line holds pair p of every sequence;
 //   scales [M][ceil(K/128)] f32 dequantization scales of x (1 for BF16 activations);
-//   tiles  (AMX only) [ceil(K/32)][16 rows][16 pairs] words: chunk c of K for every sequence as
-//          one 16 x 64-byte AMX tile, rows past M and pairs past K zero.
+//   tiles  the AMX path's layout instead of `pairs`: [ceil(K/32)][16 rows][16 pairs] words, chunk
+//          c of K for every sequence as one 16 x 64-byte AMX tile, rows past M and pairs past K
+//          zero.
 struct PackedActivations {
   int64_t M = 0, K = 0;
   AlignedBuffer<uint32_t> pairs;

@@ -1,6 +1,5 @@
 #include "kernels/rmsnorm.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/thread_pool.h"
@@ -10,18 +9,11 @@ namespace fp8rl {
 namespace {
 constexpr int64_t kRowsPerTask = 32;
 constexpr int64_t kColsPerTask = 64;
-
-// fn(r0, r1) over [0, rows) in blocks of `block` on the kernel pool.
-template <typename Fn>
-void for_blocks(int64_t rows, int64_t block, const Fn& fn) {
-  kernel_thread_pool().parallel_for((rows + block - 1) / block,
-                                    [&](int64_t t) { fn(t * block, std::min(rows, (t + 1) * block)); });
-}
 }  // namespace
 
 // Rows are independent: blocks of rows run on the kernel pool (same bits for any thread count).
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t dim, float eps) {
-  for_blocks(rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
+  parallel_for_ranges(rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * dim;
       float* yr = y + r * dim;
@@ -38,7 +30,7 @@ void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int6
 // pool), each column summing its rows in order as a single loop would.
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
                       int64_t rows, int64_t dim, bool accumulate_dx) {
-  for_blocks(rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
+  parallel_for_ranges(rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * dim;
       const float* dyr = dy + r * dim;
@@ -55,7 +47,7 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
       }
     }
   });
-  for_blocks(dim, kColsPerTask, [&](int64_t i0, int64_t i1) {
+  parallel_for_ranges(dim, kColsPerTask, [&](int64_t i0, int64_t i1) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t i = i0; i < i1; ++i) dw[i] += dy[r * dim + i] * (x[r * dim + i] * rstd[r]);
   });

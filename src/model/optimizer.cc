@@ -31,10 +31,10 @@ int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
 double global_grad_norm(const float* grads, int64_t n) {
   std::vector<double> partial(static_cast<size_t>(chunks_of(n)), 0.0);
-  kernel_thread_pool().parallel_for(chunks_of(n), [&](int64_t c) {
+  parallel_for_ranges(n, kChunk, [&](int64_t begin, int64_t end) {
     double sum = 0.0;
-    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) sum += static_cast<double>(grads[i]) * grads[i];
-    partial[static_cast<size_t>(c)] = sum;
+    for (int64_t i = begin; i < end; ++i) sum += static_cast<double>(grads[i]) * grads[i];
+    partial[static_cast<size_t>(begin / kChunk)] = sum;
   });
   double sum = 0.0;
   for (double p : partial) sum += p;
@@ -53,8 +53,8 @@ double AdamW::step(float* params, float* grads, double lr) {
   if (!std::isfinite(norm)) return norm;
   if (config_.max_grad_norm > 0 && norm > config_.max_grad_norm) {
     const float scale = static_cast<float>(config_.max_grad_norm / norm);
-    kernel_thread_pool().parallel_for(chunks_of(n), [&](int64_t c) {
-      for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) grads[i] *= scale;
+    parallel_for_ranges(n, kChunk, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) grads[i] *= scale;
     });
   }
   ++step_;

@@ -51,11 +51,9 @@ void bf16_round_f32(float* x, int64_t n, Isa isa) {
   // Elementwise, so large arrays are cut into chunks on the kernel pool (same bits).
   constexpr int64_t kChunk = 32768;
   const bool avx512 = uses_avx512(resolve_isa(isa));
-  kernel_thread_pool().parallel_for((n + kChunk - 1) / kChunk, [&](int64_t t) {
-    float* p = x + t * kChunk;
-    const int64_t m = std::min(kChunk, n - t * kChunk);
-    if (avx512) return detail::bf16_round_f32_avx512(p, m);
-    for (int64_t i = 0; i < m; ++i) p[i] = bf16_to_f32(f32_to_bf16(p[i]));
+  parallel_for_ranges(n, kChunk, [&](int64_t begin, int64_t end) {
+    if (avx512) return detail::bf16_round_f32_avx512(x + begin, end - begin);
+    for (int64_t i = begin; i < end; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
   });
 }
 

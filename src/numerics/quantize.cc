@@ -87,11 +87,10 @@ constexpr int64_t kRowsPerTask = 16;
 
 void quantize_rows_1x128(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
   const int64_t blocks = q.scales().cols;
-  kernel_thread_pool().parallel_for((x.rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
+  parallel_for_ranges(x.rows, kRowsPerTask, [&](int64_t r_begin, int64_t r_end) {
     std::vector<uint32_t> amax(static_cast<size_t>(blocks));
     std::vector<float> qs(static_cast<size_t>(blocks));
-    const int64_t r_end = std::min(x.rows, (task + 1) * kRowsPerTask);
-    for (int64_t r = task * kRowsPerTask; r < r_end; ++r) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
       std::fill(amax.begin(), amax.end(), 0u);
       k.amax_bits_blocks(x.at(r, 0), x.ld, 1, x.cols, amax.data());
       block_multipliers(amax.data(), blocks, f, qs.data(), q.scale_inv.data() + r * blocks, 1);
