@@ -16,7 +16,10 @@ struct SourceKernels {
   // acc[i] = max(acc[i], bits(|x[i]|)), same NaN rule.
   void (*amax_bits_accumulate)(const void* x, int64_t n, uint32_t* acc);
   // out[i] = e4m3(x[i] * qs[i / 128]): a run of 128-element blocks with one multiplier each.
-  void (*scale_encode_blocks)(const void* x, int64_t n, const float* qs, uint8_t* out);
+  // `streaming`: the codes may bypass the caches (non-temporal stores), for outputs too large to
+  // be read back from cache anyway; the bytes are the same. The caller issues _mm_sfence before
+  // anything else reads them.
+  void (*scale_encode_blocks)(const void* x, int64_t n, const float* qs, uint8_t* out, bool streaming);
   // out[i] = e4m3(x[i] * qs[i])
   void (*scale_encode_each)(const void* x, int64_t n, const float* qs, uint8_t* out);
 };

@@ -35,7 +35,7 @@ void amax_bits_accumulate(const void* xv, int64_t n, uint32_t* acc) {
 }
 
 template <typename T>
-void scale_encode_blocks(const void* xv, int64_t n, const float* qs, uint8_t* out) {
+void scale_encode_blocks(const void* xv, int64_t n, const float* qs, uint8_t* out, bool /*streaming*/) {
   const T* x = static_cast<const T*>(xv);
   for (int64_t i0 = 0; i0 < n; i0 += 128) {
     const float q = qs[i0 / 128];

@@ -108,6 +108,20 @@ TEST(Quantize, EveryModeAndPathMatchesTheOracleBitForBit) {
   }
 }
 
+// Outputs of 8 MiB and more leave with non-temporal stores (quantize.cc); the bits must not change.
+// 2049 x 4160: over the threshold, a partial last row block, rows not 64-byte aligned.
+TEST(Quantize, LargeOutputsWithStreamingStoresMatchTheOracle) {
+  const int64_t rows = 2049, cols = 4160;
+  const std::vector<float> x = make_source(rows, cols, 3);
+  const TensorView v = TensorView::contiguous(const_cast<float*>(x.data()), DType::kF32, Shape{rows, cols});
+  for (ScalingMode mode : {ScalingMode::kPerTensor, ScalingMode::kRows1x128, ScalingMode::kBlocks128x128}) {
+    const QuantizedMatrix want = reference::quantize(x.data(), rows, cols, mode, ScaleFormat::kFp32);
+    for (Isa isa : testing::available_isas())
+      expect_same(quantize(v, mode, ScaleFormat::kFp32, /*with_columnwise=*/false, isa).rowwise, want,
+                  describe({rows, cols}, mode, ScaleFormat::kFp32, "f32", isa));
+  }
+}
+
 TEST(Quantize, Cols128x1IsTheTransposeOfRows1x128OnTheTransposedSource) {
   const int64_t rows = 300, cols = 70;
   std::vector<float> x = make_source(rows, cols, 5);
