@@ -1,6 +1,9 @@
 #include "core/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 
@@ -17,6 +20,21 @@ struct InTask {
   InTask() { t_in_task = true; }
   ~InTask() { t_in_task = saved; }
 };
+
+// Polls `ready` for up to kSpin before the caller falls back to sleeping on a condition variable;
+// true if it became ready. The pause keeps a spinning hyperthread from starving its sibling.
+constexpr std::chrono::microseconds kSpin{50};
+template <typename Ready>
+bool spin_until(const Ready& ready) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (ready()) return true;
+      _mm_pause();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
+}
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
@@ -56,9 +74,11 @@ void ThreadPool::run_tasks() {
 void ThreadPool::worker_loop(int worker_index) {
   uint64_t seen = 0;
   for (;;) {
+    const auto woken = [&] { return stopping_.load() || generation_.load() != seen; };
+    spin_until(woken);
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      wake_.wait(lock, woken);
       if (stopping_) return;
       seen = generation_;
       if (worker_index > job_threads_) continue;  // not needed for this job
@@ -94,8 +114,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn,
   run_tasks();
   std::exception_ptr error;
   {
+    const auto done = [&] { return busy_workers_.load() == 0; };
+    spin_until(done);
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return busy_workers_ == 0; });
+    done_.wait(lock, done);
     job_ = nullptr;
     error = error_;
   }

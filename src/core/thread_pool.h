@@ -6,6 +6,7 @@
 // so results are bit-identical for every thread count; only the order of execution changes.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -38,14 +39,17 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;  // bumped once per parallel_for
-  bool stopping_ = false;
+  // Written under mutex_; also read without it while a thread spins before it sleeps (a decode
+  // step issues hundreds of short parallel_fors, and a futex sleep and wake-up per call would
+  // cost more than the work of many of them).
+  std::atomic<uint64_t> generation_ = 0;  // bumped once per parallel_for
+  std::atomic<bool> stopping_ = false;
   // The current job (valid while a parallel_for is in flight).
   const std::function<void(int64_t)>* job_ = nullptr;
   int64_t job_size_ = 0;
   int job_threads_ = 0;      // workers (besides the caller) that take part
   int64_t next_task_ = 0;    // guarded by mutex_
-  int busy_workers_ = 0;     // workers still inside the current job
+  std::atomic<int> busy_workers_ = 0;  // workers still inside the current job
   std::exception_ptr error_;
 };
 

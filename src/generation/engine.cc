@@ -180,31 +180,6 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
     positions[static_cast<size_t>(r)] = static_cast<int32_t>(row.pos);
   }
   if (config_.qk_norm) qn.resize(q.size()), kn.resize(k.size());
-  // The K/V positions each block list must provide to this forward's rows (the same in every
-  // layer), widened or decoded to FP32 once per layer below.
-  struct DecodedKv {
-    const KvBlockList* list = nullptr;
-    int64_t tokens = 0;           // positions [0, tokens) of the list
-    std::vector<float> k, v;      // [tokens, KD]
-  };
-  std::vector<DecodedKv> decoded;
-  std::unordered_map<const KvBlockList*, size_t> decoded_index;
-  auto need = [&](const KvBlockList* list, int64_t tokens) {
-    if (list == nullptr || tokens <= 0) return;
-    const auto [it, inserted] = decoded_index.emplace(list, decoded.size());
-    if (inserted) decoded.push_back({list, 0, {}, {}});
-    DecodedKv& d = decoded[it->second];
-    d.tokens = std::max(d.tokens, tokens);
-  };
-  for (const Row& row : rows) {
-    if (row.prefix != nullptr) need(row.prefix, std::min(row.pos + 1, row.prefix_len));
-    need(row.own, row.pos + 1 - row.prefix_len);
-  }
-  for (DecodedKv& d : decoded) {
-    d.k.resize(static_cast<size_t>(d.tokens * KD));
-    d.v.resize(static_cast<size_t>(d.tokens * KD));
-  }
-
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     EngineLayer& e = layers_[static_cast<size_t>(l)];
     rmsnorm_forward(h.data(), rstd.data(), x.data(), e.attn_norm.data(), R, C, config_.norm_eps);
@@ -228,50 +203,34 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
       kv_.write(in_prefix ? *row.prefix : *row.own, l, in_prefix ? row.pos : row.pos - row.prefix_len,
                 k.data() + r * KD, v.data() + r * KD);
     }
-    // Widen (BF16) or decode (FP8) each block list's K and V once per layer, page by page with
-    // the bulk codecs, instead of once per row, query head and position inside attention: the
-    // values are the same, so attention_row computes the same bits.
-    for (DecodedKv& d : decoded) {
-      for (int64_t j0 = 0; j0 < d.tokens; j0 += kPageTokens) {
-        const int64_t n = std::min(kPageTokens, d.tokens - j0) * KD;  // a page's rows are contiguous
-        const uint8_t* kp = kv_.k_row(*d.list, l, j0);
-        const uint8_t* vp = kv_.v_row(*d.list, l, j0);
-        if (fp8_kv) {
-          e4m3_decode_f32(kp, d.k.data() + j0 * KD, n);
-          e4m3_decode_f32(vp, d.v.data() + j0 * KD, n);
-        } else {
-          bf16_decode_f32(reinterpret_cast<const bf16_t*>(kp), d.k.data() + j0 * KD, n);
-          bf16_decode_f32(reinterpret_cast<const bf16_t*>(vp), d.v.data() + j0 * KD, n);
-        }
-      }
-    }
+    // Attention reads the K/V pages in place, widening (BF16) or decoding (FP8) rows in registers.
     const QkvScales sc = fp8_kv ? kv_.scales(l) : QkvScales{1.0f, 1.0f, 1.0f};
+    const KvElement element = fp8_kv ? KvElement::kE4M3 : KvElement::kBF16;
     // One task per row (all its heads): disjoint outputs, the same arithmetic on any thread.
     kernel_thread_pool().parallel_for(R, [&](int64_t r) {
       const Row& row = rows[static_cast<size_t>(r)];
-      std::vector<float> probs(static_cast<size_t>(row.pos + 1)), qq(static_cast<size_t>(D));
-      const DecodedKv* prefix = row.prefix != nullptr && row.prefix_len > 0 ? &decoded[decoded_index.at(row.prefix)] : nullptr;
-      const DecodedKv* own = row.pos + 1 > row.prefix_len ? &decoded[decoded_index.at(row.own)] : nullptr;
-      for (int64_t hd = 0; hd < Hq; ++hd) {
-        const int64_t off = (hd / group) * D;  // this head's kv head, in elements
-        // Positions [0, prefix_len) come from the shared prefix, the rest from the row's own list.
-        AttentionRows segments[2];
-        int num_segments = 0;
-        const int64_t from_prefix = prefix != nullptr ? std::min(row.pos + 1, row.prefix_len) : 0;
-        if (from_prefix > 0) segments[num_segments++] = {prefix->k.data() + off, prefix->v.data() + off, from_prefix};
-        if (row.pos + 1 > from_prefix)
-          segments[num_segments++] = {own->k.data() + off, own->v.data() + off, row.pos + 1 - from_prefix};
-        const float* qh = q.data() + r * QD + hd * D;
-        float score_scale = softmax_scale;
-        if (fp8_attention) {
-          for (int64_t d = 0; d < D; ++d) qq[static_cast<size_t>(d)] = e4m3_to_f32(f32_to_e4m3(qh[d] / sc.q));
-          qh = qq.data();
-          score_scale = sc.q * sc.k * softmax_scale;
-        } else if (fp8_kv) {
-          score_scale = sc.k * softmax_scale;
+      const int64_t len = row.pos + 1;
+      // Positions [0, prefix_len) come from the shared prefix's pages, the rest from the row's own.
+      const int64_t from_prefix = row.prefix != nullptr ? std::min(len, row.prefix_len) : 0;
+      std::vector<float> probs(static_cast<size_t>(len)), qq(static_cast<size_t>(D));
+      std::vector<AttentionRows> runs;
+      for (int64_t g = 0; g < Hkv; ++g) {
+        runs.clear();
+        if (from_prefix > 0) kv_.append_runs(*row.prefix, l, from_prefix, g * D, runs);
+        if (len > from_prefix) kv_.append_runs(*row.own, l, len - from_prefix, g * D, runs);
+        for (int64_t hd = g * group; hd < (g + 1) * group; ++hd) {
+          const float* qh = q.data() + r * QD + hd * D;
+          float score_scale = softmax_scale;
+          if (fp8_attention) {
+            for (int64_t d = 0; d < D; ++d) qq[static_cast<size_t>(d)] = e4m3_to_f32(f32_to_e4m3(qh[d] / sc.q));
+            qh = qq.data();
+            score_scale = sc.q * sc.k * softmax_scale;
+          } else if (fp8_kv) {
+            score_scale = sc.k * softmax_scale;
+          }
+          attention_row_kv(att.data() + r * QD + hd * D, probs.data(), qh, runs.data(), static_cast<int>(runs.size()),
+                           len, D, KD, element, score_scale, fp8_kv ? sc.v : 1.0f);
         }
-        attention_row_f32(att.data() + r * QD + hd * D, probs.data(), qh, segments, num_segments, row.pos + 1, D, KD,
-                          score_scale, fp8_kv ? sc.v : 1.0f);
       }
     });
     round_bf16(att.data(), R * QD);

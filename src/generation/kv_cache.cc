@@ -71,6 +71,13 @@ const uint8_t* KvCache::v_row(const KvBlockList& seq, int64_t layer, int64_t pos
   return const_cast<KvCache*>(this)->row(const_cast<KvCache*>(this)->v_pool_, seq, layer, pos);
 }
 
+void KvCache::append_runs(const KvBlockList& seq, int64_t layer, int64_t tokens, int64_t offset,
+                          std::vector<AttentionRows>& runs) const {
+  for (int64_t j0 = 0; j0 < tokens; j0 += kPageTokens)
+    runs.push_back({k_row(seq, layer, j0) + offset * element_bytes(), v_row(seq, layer, j0) + offset * element_bytes(),
+                    std::min(kPageTokens, tokens - j0)});
+}
+
 void KvCache::write(const KvBlockList& seq, int64_t layer, int64_t pos, const float* k, const float* v) {
   uint8_t* kd = row(k_pool_, seq, layer, pos);
   uint8_t* vd = row(v_pool_, seq, layer, pos);

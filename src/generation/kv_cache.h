@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "kernels/attention_row.h"
 #include "numerics/bf16.h"
 
 namespace fp8rl {
@@ -62,6 +63,11 @@ class KvCache {
   // Row pointers into the pools (kv_dim elements: bf16_t or E4M3 codes).
   const uint8_t* k_row(const KvBlockList& seq, int64_t layer, int64_t pos) const;
   const uint8_t* v_row(const KvBlockList& seq, int64_t layer, int64_t pos) const;
+
+  // Appends one run per page for positions [0, tokens) of `seq` in `layer`, each row starting
+  // `offset` elements in (a kv head's columns): what attention_row_kv reads, no copy.
+  void append_runs(const KvBlockList& seq, int64_t layer, int64_t tokens, int64_t offset,
+                   std::vector<AttentionRows>& runs) const;
 
   // Validated: every k and v scale finite and > 0 (and q when `need_q`), one entry per layer.
   void set_scales(const std::vector<QkvScales>& scales, bool need_q);

@@ -31,8 +31,8 @@ void attention_forward(float* o, float* probs, const float* q, const float* k, c
     for (int64_t t = 0; t < s.T; ++t) {
       float* row = p + t * s.T;
       const AttentionRows rows{kh, vh, t + 1};
-      attention_row_f32(o + (b * s.T + t) * ldq + h * s.D, row, q + (b * s.T + t) * ldq + h * s.D, &rows, 1, t + 1,
-                        s.D, ldkv, scale, 1.0f);
+      attention_row_kv(o + (b * s.T + t) * ldq + h * s.D, row, q + (b * s.T + t) * ldq + h * s.D, &rows, 1, t + 1,
+                       s.D, ldkv, KvElement::kF32, scale, 1.0f);
       for (int64_t j = t + 1; j < s.T; ++j) row[j] = 0.0f;
     }
   });

@@ -1,9 +1,12 @@
-// attention_row_f32: the dispatcher and the portable path (attention_row with row loaders).
+// attention_row_kv: the dispatcher and the portable path (attention_row with row loaders).
 #include "kernels/attention_row.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
+#include "numerics/bf16.h"
+#include "numerics/e4m3.h"
 
 namespace fp8rl {
 
@@ -17,24 +20,46 @@ void attention_softmax(float* p, int64_t len, float max) {
   for (int64_t j = 0; j < len; ++j) p[j] *= inv;
 }
 
-void attention_row_f32(float* out, float* probs, const float* q, const AttentionRows* segments, int num_segments,
-                       int64_t len, int64_t D, int64_t stride, float score_scale, float value_scale, Isa isa) {
+int64_t kv_element_bytes(KvElement e) {
+  switch (e) {
+    case KvElement::kF32: return 4;
+    case KvElement::kBF16: return 2;
+    case KvElement::kE4M3: return 1;
+  }
+  return 0;
+}
+
+void attention_row_kv(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs, int64_t len,
+                      int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
   int64_t covered = 0;
-  for (int s = 0; s < num_segments; ++s) covered += segments[s].rows;
-  FP8RL_CHECK(len > 0 && covered == len, "attention_row_f32: the segments hold {} positions, the row attends to {}",
+  for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
+  FP8RL_CHECK(len > 0 && covered == len, "attention_row_kv: the runs hold {} positions, the row attends to {}",
               covered, len);
   if (uses_avx512(resolve_isa(isa)))
-    return detail::attention_row_f32_avx512(out, probs, q, segments, num_segments, len, D, stride, score_scale,
-                                            value_scale);
-  // Position j -> its segment, found by walking forward (positions are visited in order).
+    return detail::attention_row_kv_avx512(out, probs, q, runs, num_runs, len, D, stride, element, score_scale,
+                                           value_scale);
+  const int64_t row_bytes = stride * kv_element_bytes(element);
+  // Position j -> its run, found by walking forward (positions are visited in order); the row
+  // is widened or decoded into `buf` unless it is FP32 already.
   auto loader = [&](bool key) {
-    return [=, seg = 0, first = int64_t{0}](int64_t j, float*) mutable -> const float* {
-      while (j >= first + segments[seg].rows) first += segments[seg++].rows;
-      while (j < first) first -= segments[--seg].rows;
-      return (key ? segments[seg].k : segments[seg].v) + (j - first) * stride;
+    return [=, run = 0, first = int64_t{0}](int64_t j, float* buf) mutable -> const float* {
+      while (j >= first + runs[run].rows) first += runs[run++].rows;
+      while (j < first) first -= runs[--run].rows;
+      const auto* row = static_cast<const uint8_t*>(key ? runs[run].k : runs[run].v) + (j - first) * row_bytes;
+      switch (element) {
+        case KvElement::kF32: return reinterpret_cast<const float*>(row);
+        case KvElement::kBF16:
+          for (int64_t d = 0; d < D; ++d) buf[d] = bf16_to_f32(reinterpret_cast<const bf16_t*>(row)[d]);
+          return buf;
+        case KvElement::kE4M3:
+          for (int64_t d = 0; d < D; ++d) buf[d] = e4m3_to_f32(row[d]);
+          return buf;
+      }
+      return buf;
     };
   };
-  attention_row(out, probs, q, len, D, score_scale, value_scale, loader(true), loader(false), nullptr);
+  std::vector<float> scratch(static_cast<size_t>(D));
+  attention_row(out, probs, q, len, D, score_scale, value_scale, loader(true), loader(false), scratch.data());
 }
 
 }  // namespace fp8rl

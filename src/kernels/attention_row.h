@@ -50,26 +50,33 @@ void attention_row(float* out, float* probs, const float* q, int64_t len, int64_
     for (int64_t d = 0; d < D; ++d) out[d] *= value_scale;
 }
 
-// Consecutive FP32 key and value rows (row i at k + i * stride, v + i * stride).
+// How key and value rows are stored: FP32 (the trainer), BF16 or E4M3 codes (the generator's KV
+// pages). E4M3 rows hold the codes of k / k_scale and v / v_scale; the scales go into score_scale
+// and value_scale, so the row values are the codes' exact E4M3 values.
+enum class KvElement : uint8_t { kF32, kBF16, kE4M3 };
+int64_t kv_element_bytes(KvElement e);
+
+// A run of consecutive positions: row i at k + i * stride elements (v likewise).
 struct AttentionRows {
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
   int64_t rows = 0;
 };
 
-// attention_row over keys and values held in FP32 rows of one stride, split into `num_segments`
+// attention_row over key and value rows of one element type and stride, split into `num_runs`
 // runs of consecutive positions covering [0, len) in order (the trainer: one run per sequence;
-// the generator: the shared prefix, then the sequence's own positions). The AVX-512 path
-// (attention_row_avx512.cc) computes the same bits: each lane of its dot products and of its
-// output sum keeps the scalar order, exp stays the scalar std::exp.
-void attention_row_f32(float* out, float* probs, const float* q, const AttentionRows* segments, int num_segments,
-                       int64_t len, int64_t D, int64_t stride, float score_scale, float value_scale,
-                       Isa isa = Isa::kAuto);
+// the generator: one per KV page, the shared prefix's pages first). Rows are widened or decoded
+// to FP32 exactly as they are read, so every element type computes the template's bits on the
+// same values. The AVX-512 path (attention_row_avx512.cc) computes the same bits: each lane of
+// its dot products and of its output sum keeps the scalar order, exp stays the scalar std::exp.
+void attention_row_kv(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs, int64_t len,
+                      int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                      Isa isa = Isa::kAuto);
 
 namespace detail {
-void attention_row_f32_avx512(float* out, float* probs, const float* q, const AttentionRows* segments,
-                              int num_segments, int64_t len, int64_t D, int64_t stride, float score_scale,
-                              float value_scale);
+void attention_row_kv_avx512(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
+                             int64_t len, int64_t D, int64_t stride, KvElement element, float score_scale,
+                             float value_scale);
 }  // namespace detail
 
 }  // namespace fp8rl

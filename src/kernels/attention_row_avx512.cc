@@ -1,9 +1,13 @@
-// AVX-512 attention_row over FP32 rows (attention_row.h), bit-identical to the scalar template:
-//   score: lane l of one 16-wide accumulator sums q[i] * k[i] for i = l, l + 16, ... in order
-//          (multiply, then add; lanes past D never added to), then the same reduction tree
-//          (halves of 8, 4, 2, 1 lanes added pairwise); times score_scale.
+// AVX-512 attention_row over FP32, BF16 or E4M3 rows (attention_row.h), bit-identical to the
+// scalar template:
+//   score: lane l of one 16-wide accumulator per key sums q[i] * k[i] for i = l, l + 16, ... in
+//          order (multiply, then add; lanes past D never added to), then the same reduction tree
+//          (halves of 8, 4, 2, 1 lanes added pairwise); times score_scale. Keys go 16 at a time
+//          through a transposing reduction that performs exactly those additions for all 16
+//          at once, instead of one latency-bound horizontal sum per key.
 //   softmax: scalar max, then the template's own attention_softmax (compiled for plain x86-64).
 //   output: lane d sums p[j] * v_j[d] over j in order (multiply, then add), then * value_scale.
+// Rows are widened (BF16) or decoded (E4M3) to exact FP32 in registers as they are loaded.
 #include <algorithm>
 #include <cmath>
 
@@ -15,58 +19,115 @@ FP8RL_AVX512_BEGIN
 namespace fp8rl::detail {
 namespace {
 
-// lanes[l] += lanes[l + w] for w = 8, 4, 2, 1; returns lane 0.
-inline float reduce_tree(__m512 v) {
-  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1)));
+inline __mmask16 chunk_mask(int64_t D, int64_t c) {
+  const int64_t left = D - 16 * c;
+  return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
+}
+
+// Elements [16c, 16c + 16) of a row as exact FP32 (masked lanes read nothing and are zero).
+template <KvElement E>
+inline __m512 load_chunk(const void* row, int64_t c, __mmask16 m) {
+  if constexpr (E == KvElement::kF32) {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + 16 * c);
+  } else if constexpr (E == KvElement::kBF16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + 16 * c);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    // E4M3 magnitude bits placed at FP32 bits 20..26 read as 2^(e - 127) * (1 + m/8) (or, for
+    // e = 0, the FP32 subnormal m * 2^-129); times 2^120 that is the E4M3 value exactly. The
+    // NaN code (0x7F magnitude) becomes a NaN; the sign moves to bit 31.
+    const __m512i code = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const uint8_t*>(row) + 16 * c));
+    const __m512i mag = _mm512_and_si512(code, _mm512_set1_epi32(0x7F));
+    __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1.0p120f));
+    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), _mm512_set1_ps(NAN));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v),
+                                               _mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x80)), 24)));
+  }
+}
+
+// s[i] = tree(a[i]) for 16 accumulators: lanes[l] += lanes[l + w] for w = 8, 4, 2, 1, lane 0
+// returned; the four steps pair the same lanes as reduce-one-at-a-time would.
+inline __m512 reduce_tree16(const __m512* a) {
+  __m512 c[8], d[4], g[2];
+  for (int i = 0; i < 8; ++i)  // 8-lane halves: [a_2i | a_2i+1]
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
+  for (int i = 0; i < 4; ++i)  // 128-bit lane L: key 4i + L
+    d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
+  for (int i = 0; i < 2; ++i)  // lane L: elements 0,1 key 8i + L, elements 2,3 key 8i + 4 + L
+    g[i] = _mm512_add_ps(_mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0x44), _mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0xEE));
+  // Element 4L + e holds key 4e + L; the permutation (its own inverse) puts key i at element i.
+  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
+  return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), s);
 }
 
 constexpr int64_t kOutChunks = 8;  // output accumulators held in registers (128 floats of D)
 
-}  // namespace
-
-void attention_row_f32_avx512(float* out, float* probs, const float* q, const AttentionRows* segments,
-                              int num_segments, int64_t len, int64_t D, int64_t stride, float score_scale,
-                              float value_scale) {
-  const int64_t chunks = (D + 15) / 16;
-  auto mask_of = [&](int64_t c) -> __mmask16 {
-    const int64_t left = D - 16 * c;
-    return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-  };
-  float max = -INFINITY;
+template <KvElement E>
+void attention_row_typed(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
+                         int64_t len, int64_t D, int64_t stride, float score_scale, float value_scale) {
+  constexpr int64_t kBytes = E == KvElement::kF32 ? 4 : E == KvElement::kBF16 ? 2 : 1;
+  const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
+  const __m512 scale = _mm512_set1_ps(score_scale);
   int64_t j = 0;
-  for (int s = 0; s < num_segments; ++s)
-    for (int64_t i = 0; i < segments[s].rows; ++i, ++j) {
-      const float* k = segments[s].k + i * stride;
-      __m512 acc = _mm512_setzero_ps();
+  for (int s = 0; s < num_runs; ++s) {
+    const auto* k = static_cast<const uint8_t*>(runs[s].k);
+    for (int64_t i0 = 0; i0 < runs[s].rows; i0 += 16) {
+      const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
+      __m512 acc[16];
+      for (int64_t i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
       for (int64_t c = 0; c < chunks; ++c) {
-        const __mmask16 m = mask_of(c);
-        const __m512 prod = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, q + 16 * c), _mm512_maskz_loadu_ps(m, k + 16 * c));
-        acc = _mm512_mask_add_ps(acc, m, acc, prod);
+        const __mmask16 m = chunk_mask(D, c);
+        const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
+        for (int64_t i = 0; i < n; ++i)
+          acc[i] = _mm512_mask_add_ps(acc[i], m, acc[i],
+                                      _mm512_mul_ps(qc, load_chunk<E>(k + (i0 + i) * row_bytes, c, m)));
       }
-      probs[j] = reduce_tree(acc) * score_scale;
-      max = std::max(max, probs[j]);
+      _mm512_mask_storeu_ps(probs + j, static_cast<__mmask16>((1u << n) - 1),
+                            _mm512_mul_ps(reduce_tree16(acc), scale));
+      j += n;
     }
+  }
+  float max = -INFINITY;
+  for (int64_t i = 0; i < len; ++i) max = std::max(max, probs[i]);
   attention_softmax(probs, len, max);
   for (int64_t c0 = 0; c0 < chunks; c0 += kOutChunks) {
-    const int64_t n = std::min(kOutChunks, chunks - c0);
+    const int64_t nc = std::min(kOutChunks, chunks - c0);
     __m512 acc[kOutChunks];
     for (int64_t c = 0; c < kOutChunks; ++c) acc[c] = _mm512_setzero_ps();
     j = 0;
-    for (int s = 0; s < num_segments; ++s)
-      for (int64_t i = 0; i < segments[s].rows; ++i, ++j) {
-        const float* v = segments[s].v + i * stride + 16 * c0;
+    for (int s = 0; s < num_runs; ++s) {
+      const auto* v = static_cast<const uint8_t*>(runs[s].v);
+      for (int64_t i = 0; i < runs[s].rows; ++i, ++j) {
         const __m512 p = _mm512_set1_ps(probs[j]);
-        for (int64_t c = 0; c < n; ++c)
-          acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(p, _mm512_maskz_loadu_ps(mask_of(c0 + c), v + 16 * c)));
+        for (int64_t c = 0; c < nc; ++c)
+          acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(p, load_chunk<E>(v + i * row_bytes, c0 + c, chunk_mask(D, c0 + c))));
       }
-    for (int64_t c = 0; c < n; ++c) {
+    }
+    for (int64_t c = 0; c < nc; ++c) {
       __m512 o = acc[c];
       if (value_scale != 1.0f) o = _mm512_mul_ps(o, _mm512_set1_ps(value_scale));
-      _mm512_mask_storeu_ps(out + 16 * (c0 + c), mask_of(c0 + c), o);
+      _mm512_mask_storeu_ps(out + 16 * (c0 + c), chunk_mask(D, c0 + c), o);
     }
+  }
+}
+
+}  // namespace
+
+void attention_row_kv_avx512(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
+                             int64_t len, int64_t D, int64_t stride, KvElement element, float score_scale,
+                             float value_scale) {
+  switch (element) {
+    case KvElement::kF32:
+      return attention_row_typed<KvElement::kF32>(out, probs, q, runs, num_runs, len, D, stride, score_scale,
+                                                  value_scale);
+    case KvElement::kBF16:
+      return attention_row_typed<KvElement::kBF16>(out, probs, q, runs, num_runs, len, D, stride, score_scale,
+                                                   value_scale);
+    case KvElement::kE4M3:
+      return attention_row_typed<KvElement::kE4M3>(out, probs, q, runs, num_runs, len, D, stride, score_scale,
+                                                   value_scale);
   }
 }
 

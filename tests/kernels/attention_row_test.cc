@@ -1,58 +1,129 @@
-// attention_row_f32 (every ISA) against the scalar attention_row template: the same bits.
+// attention_row_kv (every ISA, every row element type) against the scalar attention_row template:
+// the same bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "kernels/attention_row.h"
+#include "numerics/bf16.h"
+#include "numerics/e4m3.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
 
-TEST(AttentionRow, EveryIsaGivesTheScalarTemplatesBits) {
+// Row storage of one element type, and the scalar widening the template's loaders use.
+struct TypedRows {
+  KvElement element;
+  std::vector<uint8_t> k, v;
+  float value(const std::vector<uint8_t>& rows, int64_t i) const {
+    switch (element) {
+      case KvElement::kF32: return reinterpret_cast<const float*>(rows.data())[i];
+      case KvElement::kBF16: return bf16_to_f32(reinterpret_cast<const bf16_t*>(rows.data())[i]);
+      case KvElement::kE4M3: return e4m3_to_f32(rows[static_cast<size_t>(i)]);
+    }
+    return 0.0f;
+  }
+};
+
+// FP32 rows stored as `element` (BF16-rounded or E4M3-encoded with every code's magnitude range).
+std::vector<uint8_t> store_as(KvElement element, const std::vector<float>& x) {
+  const int64_t bytes = kv_element_bytes(element);
+  std::vector<uint8_t> out(x.size() * static_cast<size_t>(bytes));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (element == KvElement::kF32) std::memcpy(&out[i * 4], &x[i], 4);
+    if (element == KvElement::kBF16) {
+      const bf16_t h = f32_to_bf16(x[i]);
+      std::memcpy(&out[i * 2], &h, 2);
+    }
+    if (element == KvElement::kE4M3) out[i] = f32_to_e4m3(x[i] * 40.0f);  // normals and subnormals
+  }
+  return out;
+}
+
+TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
   struct Case {
     int64_t D, len, stride;
-    int split;  // positions in the first segment (the rest in a second one), or -1 for one segment
+    int split;  // positions in the first run (the rest in runs of 16, like KV pages), or -1 for one run
     float score_scale, value_scale;
   };
   const Case cases[] = {{16, 1, 16, -1, 0.25f, 1.0f},   {32, 7, 128, 3, 0.17f, 1.0f},   {40, 33, 40, 32, 0.3f, 0.5f},
                         {64, 300, 256, 17, 0.125f, 1.0f}, {128, 65, 512, 64, 0.09f, 3.0f}, {8, 5, 24, 0, 1.0f, 1.0f},
-                        {200, 20, 200, 19, 0.07f, 1.0f}};
+                        {200, 20, 200, 19, 0.07f, 1.0f}, {64, 2100, 64, 2048, 0.125f, 0.01f}};
   for (const Case& c : cases) {
     std::vector<float> q(static_cast<size_t>(c.D)), k(static_cast<size_t>(c.len * c.stride)), v(k.size());
     fill_normal(q.data(), c.D, 0.0f, 2.0f, 5, 1);
     fill_normal(k.data(), c.len * c.stride, 0.0f, 2.0f, 5, 2);
     fill_normal(v.data(), c.len * c.stride, 0.0f, 1.0f, 5, 3);
     if (c.D >= 16) q[3] = -0.0f, k[3] = 0.0f;  // a signed zero product
-    std::vector<float> want(static_cast<size_t>(c.D)), want_p(static_cast<size_t>(c.len));
-    attention_row(
-        want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale,
-        [&](int64_t j, float*) { return k.data() + j * c.stride; },
-        [&](int64_t j, float*) { return v.data() + j * c.stride; }, nullptr);
-    std::vector<AttentionRows> segments;
-    const int64_t first = c.split < 0 ? c.len : c.split;
-    if (first > 0) segments.push_back({k.data(), v.data(), first});
-    if (c.len > first) segments.push_back({k.data() + first * c.stride, v.data() + first * c.stride, c.len - first});
-    for (Isa isa : testing::available_isas()) {
-      std::vector<float> got(want.size(), 7.0f), got_p(want_p.size(), 7.0f);
-      attention_row_f32(got.data(), got_p.data(), q.data(), segments.data(), static_cast<int>(segments.size()), c.len,
-                        c.D, c.stride, c.score_scale, c.value_scale, isa);
-      const std::string what = std::string(isa_name(isa)) + " D=" + std::to_string(c.D) + " len=" + std::to_string(c.len);
-      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << what;
-      EXPECT_EQ(0, std::memcmp(got_p.data(), want_p.data(), want_p.size() * 4)) << what;
+    for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3}) {
+      const TypedRows rows{element, store_as(element, k), store_as(element, v)};
+      std::vector<float> want(static_cast<size_t>(c.D)), want_p(static_cast<size_t>(c.len));
+      std::vector<float> kj(static_cast<size_t>(c.D)), vj(kj.size());
+      attention_row(
+          want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale,
+          [&](int64_t j, float*) {
+            for (int64_t d = 0; d < c.D; ++d) kj[static_cast<size_t>(d)] = rows.value(rows.k, j * c.stride + d);
+            return kj.data();
+          },
+          [&](int64_t j, float*) {
+            for (int64_t d = 0; d < c.D; ++d) vj[static_cast<size_t>(d)] = rows.value(rows.v, j * c.stride + d);
+            return vj.data();
+          },
+          nullptr);
+      const int64_t row_bytes = c.stride * kv_element_bytes(element);
+      std::vector<AttentionRows> runs;
+      const int64_t first = c.split < 0 ? c.len : c.split;
+      if (first > 0) runs.push_back({rows.k.data(), rows.v.data(), first});
+      for (int64_t j = first; j < c.len; j += 16)
+        runs.push_back({rows.k.data() + j * row_bytes, rows.v.data() + j * row_bytes, std::min<int64_t>(16, c.len - j)});
+      for (Isa isa : testing::available_isas()) {
+        std::vector<float> got(want.size(), 7.0f), got_p(want_p.size(), 7.0f);
+        attention_row_kv(got.data(), got_p.data(), q.data(), runs.data(), static_cast<int>(runs.size()), c.len, c.D,
+                         c.stride, element, c.score_scale, c.value_scale, isa);
+        const std::string what = std::string(isa_name(isa)) + " element " + std::to_string(static_cast<int>(element)) +
+                                 " D=" + std::to_string(c.D) + " len=" + std::to_string(c.len);
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << what;
+        EXPECT_EQ(0, std::memcmp(got_p.data(), want_p.data(), want_p.size() * 4)) << what;
+      }
     }
   }
 }
 
-TEST(AttentionRow, SegmentsMustCoverTheRow) {
+// Every E4M3 code (NaN included) reads as its exact value: with one key, p = 1 and the output is
+// the value row itself.
+TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
+  const std::vector<uint8_t> k(16, 0);
+  const std::vector<float> q(16, 1.0f);
+  for (int code = 0; code < 256; ++code) {
+    std::vector<uint8_t> v(16, 0);
+    v[0] = static_cast<uint8_t>(code);
+    const AttentionRows one{k.data(), v.data(), 1};
+    const float want = 0.0f + e4m3_to_f32(static_cast<uint8_t>(code));  // the output sum starts at +0
+    for (Isa isa : testing::available_isas()) {
+      std::vector<float> out(16), p(1);
+      attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 1, 16, 16, KvElement::kE4M3, 1.0f, 1.0f, isa);
+      if (std::isnan(want))
+        EXPECT_TRUE(std::isnan(out[0])) << isa_name(isa) << " code " << code;
+      else
+        EXPECT_EQ(std::bit_cast<uint32_t>(out[0]), std::bit_cast<uint32_t>(want)) << isa_name(isa) << " code " << code;
+    }
+  }
+}
+
+TEST(AttentionRow, RunsMustCoverTheRow) {
   std::vector<float> q(16), k(32), v(32), out(16), p(2);
   const AttentionRows one{k.data(), v.data(), 1};
-  const std::string message = testing::error_message(
-      [&] { attention_row_f32(out.data(), p.data(), q.data(), &one, 1, 2, 16, 16, 1.0f, 1.0f); });
-  EXPECT_NE(message.find("the segments hold 1 positions, the row attends to 2"), std::string::npos) << message;
+  const std::string message = testing::error_message([&] {
+    attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 2, 16, 16, KvElement::kF32, 1.0f, 1.0f);
+  });
+  EXPECT_NE(message.find("the runs hold 1 positions, the row attends to 2"), std::string::npos) << message;
 }
 
 }  // namespace
