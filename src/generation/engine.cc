@@ -212,25 +212,23 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
       const int64_t len = row.pos + 1;
       // Positions [0, prefix_len) come from the shared prefix's pages, the rest from the row's own.
       const int64_t from_prefix = row.prefix != nullptr ? std::min(len, row.prefix_len) : 0;
-      std::vector<float> probs(static_cast<size_t>(len)), qq(static_cast<size_t>(D));
+      std::vector<float> probs(static_cast<size_t>(group * len)), qq(static_cast<size_t>(group * D));
       std::vector<AttentionRows> runs;
       for (int64_t g = 0; g < Hkv; ++g) {
         runs.clear();
         if (from_prefix > 0) kv_.append_runs(*row.prefix, l, from_prefix, g * D, runs);
         if (len > from_prefix) kv_.append_runs(*row.own, l, len - from_prefix, g * D, runs);
-        for (int64_t hd = g * group; hd < (g + 1) * group; ++hd) {
-          const float* qh = q.data() + r * QD + hd * D;
-          float score_scale = softmax_scale;
-          if (fp8_attention) {
-            for (int64_t d = 0; d < D; ++d) qq[static_cast<size_t>(d)] = e4m3_to_f32(f32_to_e4m3(qh[d] / sc.q));
-            qh = qq.data();
-            score_scale = sc.q * sc.k * softmax_scale;
-          } else if (fp8_kv) {
-            score_scale = sc.k * softmax_scale;
-          }
-          attention_row_kv(att.data() + r * QD + hd * D, probs.data(), qh, runs.data(), static_cast<int>(runs.size()),
-                           len, D, KD, element, score_scale, fp8_kv ? sc.v : 1.0f);
+        const float* qg = q.data() + r * QD + g * group * D;  // the group's query heads, D apart
+        float score_scale = softmax_scale;
+        if (fp8_attention) {
+          for (int64_t d = 0; d < group * D; ++d) qq[static_cast<size_t>(d)] = e4m3_to_f32(f32_to_e4m3(qg[d] / sc.q));
+          qg = qq.data();
+          score_scale = sc.q * sc.k * softmax_scale;
+        } else if (fp8_kv) {
+          score_scale = sc.k * softmax_scale;
         }
+        attention_group_kv(att.data() + r * QD + g * group * D, D, probs.data(), len, qg, D, group, runs.data(),
+                           static_cast<int>(runs.size()), len, D, KD, element, score_scale, fp8_kv ? sc.v : 1.0f);
       }
     });
     round_bf16(att.data(), R * QD);

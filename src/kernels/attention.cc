@@ -22,18 +22,20 @@ void attention_forward(float* o, float* probs, const float* q, const float* k, c
   check_shape(s);
   const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
-  // One task per (sequence, head): disjoint outputs, the same arithmetic on any thread.
-  kernel_thread_pool().parallel_for(s.B * s.Hq, [&](int64_t task) {
-    const int64_t b = task / s.Hq, h = task % s.Hq, g = h / group;
-    const float* kh = k + b * s.T * ldkv + g * s.D;  // [T, D], row stride ldkv
-    const float* vh = v + b * s.T * ldkv + g * s.D;
-    float* p = probs + (b * s.Hq + h) * s.T * s.T;   // [T, T]
+  // One task per (sequence, kv head), its query heads together (they read the same K/V rows):
+  // disjoint outputs, the same arithmetic on any thread.
+  kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
+    const int64_t b = task / s.Hkv, g = task % s.Hkv, h0 = g * group;
+    const AttentionRows rows{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, 0};  // [T, D], stride ldkv
+    float* p = probs + (b * s.Hq + h0) * s.T * s.T;  // [group, T, T]
     for (int64_t t = 0; t < s.T; ++t) {
-      float* row = p + t * s.T;
-      const AttentionRows rows{kh, vh, t + 1};
-      attention_row_kv(o + (b * s.T + t) * ldq + h * s.D, row, q + (b * s.T + t) * ldq + h * s.D, &rows, 1, t + 1,
-                       s.D, ldkv, KvElement::kF32, scale, 1.0f);
-      for (int64_t j = t + 1; j < s.T; ++j) row[j] = 0.0f;
+      AttentionRows causal = rows;
+      causal.rows = t + 1;
+      attention_group_kv(o + (b * s.T + t) * ldq + h0 * s.D, s.D, p + t * s.T, s.T * s.T,
+                         q + (b * s.T + t) * ldq + h0 * s.D, s.D, group, &causal, 1, t + 1, s.D, ldkv, KvElement::kF32,
+                         scale, 1.0f);
+      for (int64_t h = 0; h < group; ++h)
+        for (int64_t j = t + 1; j < s.T; ++j) p[h * s.T * s.T + t * s.T + j] = 0.0f;
     }
   });
 }

@@ -1,4 +1,4 @@
-// attention_row_kv: the dispatcher and the portable path (attention_row with row loaders).
+// attention_group_kv: the dispatcher and the portable path (attention_row with row loaders).
 #include "kernels/attention_row.h"
 
 #include <cmath>
@@ -29,15 +29,18 @@ int64_t kv_element_bytes(KvElement e) {
   return 0;
 }
 
-void attention_row_kv(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs, int64_t len,
-                      int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
+void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
+                        int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len, int64_t D,
+                        int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
   int64_t covered = 0;
   for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
-  FP8RL_CHECK(len > 0 && covered == len, "attention_row_kv: the runs hold {} positions, the row attends to {}",
+  FP8RL_CHECK(len > 0 && covered == len, "attention_group_kv: the runs hold {} positions, the row attends to {}",
               covered, len);
+  FP8RL_CHECK(heads > 0 && probs_stride >= len, "attention_group_kv: {} heads, probs stride {} for {} positions", heads,
+              probs_stride, len);
   if (uses_avx512(resolve_isa(isa)))
-    return detail::attention_row_kv_avx512(out, probs, q, runs, num_runs, len, D, stride, element, score_scale,
-                                           value_scale);
+    return detail::attention_group_kv_avx512(out, out_stride, probs, probs_stride, q, q_stride, heads, runs, num_runs,
+                                             len, D, stride, element, score_scale, value_scale);
   const int64_t row_bytes = stride * kv_element_bytes(element);
   // Position j -> its run, found by walking forward (positions are visited in order); the row
   // is widened or decoded into `buf` unless it is FP32 already.
@@ -59,7 +62,9 @@ void attention_row_kv(float* out, float* probs, const float* q, const AttentionR
     };
   };
   std::vector<float> scratch(static_cast<size_t>(D));
-  attention_row(out, probs, q, len, D, score_scale, value_scale, loader(true), loader(false), scratch.data());
+  for (int64_t h = 0; h < heads; ++h)
+    attention_row(out + h * out_stride, probs + h * probs_stride, q + h * q_stride, len, D, score_scale, value_scale,
+                  loader(true), loader(false), scratch.data());
 }
 
 }  // namespace fp8rl

@@ -63,20 +63,30 @@ struct AttentionRows {
   int64_t rows = 0;
 };
 
-// attention_row over key and value rows of one element type and stride, split into `num_runs`
-// runs of consecutive positions covering [0, len) in order (the trainer: one run per sequence;
-// the generator: one per KV page, the shared prefix's pages first). Rows are widened or decoded
-// to FP32 exactly as they are read, so every element type computes the template's bits on the
-// same values. The AVX-512 path (attention_row_avx512.cc) computes the same bits: each lane of
-// its dot products and of its output sum keeps the scalar order, exp stays the scalar std::exp.
-void attention_row_kv(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs, int64_t len,
-                      int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
-                      Isa isa = Isa::kAuto);
+// attention_row for `heads` query heads that read the same key and value rows (the query heads
+// of one GQA group): head h reads q + h * q_stride and writes out + h * out_stride and
+// probs[h * probs_stride + j], j in [0, len). Rows are of one element type and stride, split
+// into `num_runs` runs of consecutive positions covering [0, len) in order (the trainer: one run
+// per sequence; the generator: one per KV page, the shared prefix's pages first). Each head gets
+// exactly the template's bits; rows are widened or decoded to FP32 exactly as they are read, once
+// for all heads. The AVX-512 path (attention_row_avx512.cc) computes the same bits: each lane of
+// its dot products and of its output sums keeps the scalar order, exp stays the scalar std::exp.
+void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
+                        int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len, int64_t D,
+                        int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa = Isa::kAuto);
+
+// One head.
+inline void attention_row_kv(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
+                             int64_t len, int64_t D, int64_t stride, KvElement element, float score_scale,
+                             float value_scale, Isa isa = Isa::kAuto) {
+  attention_group_kv(out, D, probs, len, q, D, 1, runs, num_runs, len, D, stride, element, score_scale, value_scale,
+                     isa);
+}
 
 namespace detail {
-void attention_row_kv_avx512(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
-                             int64_t len, int64_t D, int64_t stride, KvElement element, float score_scale,
-                             float value_scale);
+void attention_group_kv_avx512(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
+                               int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
+                               int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale);
 }  // namespace detail
 
 }  // namespace fp8rl

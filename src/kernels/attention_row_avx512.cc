@@ -10,6 +10,7 @@
 // Rows are widened (BF16) or decoded (E4M3) to exact FP32 in registers as they are loaded.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/attention_row.h"
 #include "numerics/simd_target.h"
@@ -62,72 +63,117 @@ inline __m512 reduce_tree16(const __m512* a) {
   return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), s);
 }
 
-constexpr int64_t kOutChunks = 8;  // output accumulators held in registers (128 floats of D)
+// Scores of up to 16 consecutive rows (row i at rows + i * row_bytes) against q, reduced in the
+// template's order and times `scale`: element i is row i's score (rows past n give junk).
+template <KvElement E>
+inline __m512 score_block(const uint8_t* rows, int64_t row_bytes, int64_t n, const float* q, int64_t D,
+                          __m512 scale) {
+  __m512 acc[16];
+  for (int64_t i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c * 16 < D; ++c) {
+    const __mmask16 m = chunk_mask(D, c);
+    const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
+    for (int64_t i = 0; i < n; ++i)
+      acc[i] = _mm512_mask_add_ps(acc[i], m, acc[i], _mm512_mul_ps(qc, load_chunk<E>(rows + i * row_bytes, c, m)));
+  }
+  return _mm512_mul_ps(reduce_tree16(acc), scale);
+}
+
+// out_h[16 c0 .. 16 (c0 + nc)) for H heads (nc <= 4 chunks): each value row is widened once
+// and accumulated into every head's sums, lane by lane in position order.
+template <KvElement E, int H>
+void value_pass(float* out, int64_t out_stride, const float* probs, int64_t probs_stride, const AttentionRows* runs,
+                int num_runs, int64_t row_bytes, int64_t D, int64_t c0, int64_t nc, float value_scale) {
+  __m512 acc[H][4];
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (int s = 0; s < num_runs; ++s) {
+    const auto* v = static_cast<const uint8_t*>(runs[s].v);
+    for (int64_t i = 0; i < runs[s].rows; ++i, ++j) {
+      __m512 p[H];
+      for (int h = 0; h < H; ++h) p[h] = _mm512_set1_ps(probs[h * probs_stride + j]);
+      for (int64_t c = 0; c < nc; ++c) {
+        const __m512 vc = load_chunk<E>(v + i * row_bytes, c0 + c, chunk_mask(D, c0 + c));
+        for (int h = 0; h < H; ++h) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(p[h], vc));
+      }
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int64_t c = 0; c < nc; ++c) {
+      __m512 o = acc[h][c];
+      if (value_scale != 1.0f) o = _mm512_mul_ps(o, _mm512_set1_ps(value_scale));
+      _mm512_mask_storeu_ps(out + h * out_stride + 16 * (c0 + c), chunk_mask(D, c0 + c), o);
+    }
+}
 
 template <KvElement E>
-void attention_row_typed(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
-                         int64_t len, int64_t D, int64_t stride, float score_scale, float value_scale) {
+void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
+                           int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
+                           int64_t D, int64_t stride, float score_scale, float value_scale) {
   constexpr int64_t kBytes = E == KvElement::kF32 ? 4 : E == KvElement::kBF16 ? 2 : 1;
   const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
+  // With several heads, a block of narrow (BF16, E4M3) key rows is widened once into FP32 rows.
+  const bool widen_once = E != KvElement::kF32 && heads > 1;
+  std::vector<float> kbuf(widen_once ? static_cast<size_t>(16 * chunks * 16) : 0);
   int64_t j = 0;
   for (int s = 0; s < num_runs; ++s) {
     const auto* k = static_cast<const uint8_t*>(runs[s].k);
     for (int64_t i0 = 0; i0 < runs[s].rows; i0 += 16) {
       const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
-      __m512 acc[16];
-      for (int64_t i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
-      for (int64_t c = 0; c < chunks; ++c) {
-        const __mmask16 m = chunk_mask(D, c);
-        const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
+      const __mmask16 keys = static_cast<__mmask16>((1u << n) - 1);
+      const uint8_t* block = k + i0 * row_bytes;
+      if (widen_once) {
         for (int64_t i = 0; i < n; ++i)
-          acc[i] = _mm512_mask_add_ps(acc[i], m, acc[i],
-                                      _mm512_mul_ps(qc, load_chunk<E>(k + (i0 + i) * row_bytes, c, m)));
+          for (int64_t c = 0; c < chunks; ++c)
+            _mm512_storeu_ps(&kbuf[static_cast<size_t>((i * chunks + c) * 16)],
+                             load_chunk<E>(block + i * row_bytes, c, chunk_mask(D, c)));
+        const auto* wide = reinterpret_cast<const uint8_t*>(kbuf.data());
+        for (int64_t h = 0; h < heads; ++h)
+          _mm512_mask_storeu_ps(probs + h * probs_stride + j, keys,
+                                score_block<KvElement::kF32>(wide, chunks * 64, n, q + h * q_stride, D, scale));
+      } else {
+        for (int64_t h = 0; h < heads; ++h)
+          _mm512_mask_storeu_ps(probs + h * probs_stride + j, keys,
+                                score_block<E>(block, row_bytes, n, q + h * q_stride, D, scale));
       }
-      _mm512_mask_storeu_ps(probs + j, static_cast<__mmask16>((1u << n) - 1),
-                            _mm512_mul_ps(reduce_tree16(acc), scale));
       j += n;
     }
   }
-  float max = -INFINITY;
-  for (int64_t i = 0; i < len; ++i) max = std::max(max, probs[i]);
-  attention_softmax(probs, len, max);
-  for (int64_t c0 = 0; c0 < chunks; c0 += kOutChunks) {
-    const int64_t nc = std::min(kOutChunks, chunks - c0);
-    __m512 acc[kOutChunks];
-    for (int64_t c = 0; c < kOutChunks; ++c) acc[c] = _mm512_setzero_ps();
-    j = 0;
-    for (int s = 0; s < num_runs; ++s) {
-      const auto* v = static_cast<const uint8_t*>(runs[s].v);
-      for (int64_t i = 0; i < runs[s].rows; ++i, ++j) {
-        const __m512 p = _mm512_set1_ps(probs[j]);
-        for (int64_t c = 0; c < nc; ++c)
-          acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(p, load_chunk<E>(v + i * row_bytes, c0 + c, chunk_mask(D, c0 + c))));
-      }
-    }
-    for (int64_t c = 0; c < nc; ++c) {
-      __m512 o = acc[c];
-      if (value_scale != 1.0f) o = _mm512_mul_ps(o, _mm512_set1_ps(value_scale));
-      _mm512_mask_storeu_ps(out + 16 * (c0 + c), chunk_mask(D, c0 + c), o);
-    }
+  for (int64_t h = 0; h < heads; ++h) {
+    float* p = probs + h * probs_stride;
+    float max = -INFINITY;
+    for (int64_t i = 0; i < len; ++i) max = std::max(max, p[i]);
+    attention_softmax(p, len, max);
   }
+  for (int64_t h = 0; h < heads; h += 2)
+    for (int64_t c0 = 0; c0 < chunks; c0 += 4) {
+      const int64_t nc = std::min<int64_t>(4, chunks - c0);
+      float* o = out + h * out_stride;
+      const float* p = probs + h * probs_stride;
+      if (heads - h >= 2)
+        value_pass<E, 2>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, nc, value_scale);
+      else
+        value_pass<E, 1>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, nc, value_scale);
+    }
 }
 
 }  // namespace
 
-void attention_row_kv_avx512(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
-                             int64_t len, int64_t D, int64_t stride, KvElement element, float score_scale,
-                             float value_scale) {
+void attention_group_kv_avx512(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
+                               int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
+                               int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale) {
   switch (element) {
     case KvElement::kF32:
-      return attention_row_typed<KvElement::kF32>(out, probs, q, runs, num_runs, len, D, stride, score_scale,
-                                                  value_scale);
+      return attention_group_typed<KvElement::kF32>(out, out_stride, probs, probs_stride, q, q_stride, heads, runs,
+                                                    num_runs, len, D, stride, score_scale, value_scale);
     case KvElement::kBF16:
-      return attention_row_typed<KvElement::kBF16>(out, probs, q, runs, num_runs, len, D, stride, score_scale,
-                                                   value_scale);
+      return attention_group_typed<KvElement::kBF16>(out, out_stride, probs, probs_stride, q, q_stride, heads, runs,
+                                                     num_runs, len, D, stride, score_scale, value_scale);
     case KvElement::kE4M3:
-      return attention_row_typed<KvElement::kE4M3>(out, probs, q, runs, num_runs, len, D, stride, score_scale,
-                                                   value_scale);
+      return attention_group_typed<KvElement::kE4M3>(out, out_stride, probs, probs_stride, q, q_stride, heads, runs,
+                                                     num_runs, len, D, stride, score_scale, value_scale);
   }
 }
 

@@ -96,6 +96,37 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
   }
 }
 
+// A GQA group: each of 1..3 heads reading the same rows gets the single-head bits (the AVX-512
+// path widens narrow key rows once for all heads and sums values for two heads at a time).
+TEST(AttentionRow, GroupOfHeadsGivesEachHeadsSingleRowBits) {
+  const int64_t D = 64, len = 53, stride = 128;
+  std::vector<float> k(static_cast<size_t>(len * stride)), v(k.size()), q(3 * 80);
+  fill_normal(k.data(), len * stride, 0.0f, 2.0f, 9, 1);
+  fill_normal(v.data(), len * stride, 0.0f, 1.0f, 9, 2);
+  fill_normal(q.data(), 3 * 80, 0.0f, 2.0f, 9, 3);
+  for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3}) {
+    const std::vector<uint8_t> kr = store_as(element, k), vr = store_as(element, v);
+    const int64_t row_bytes = stride * kv_element_bytes(element);
+    const AttentionRows runs[] = {{kr.data(), vr.data(), 20},
+                                  {kr.data() + 20 * row_bytes, vr.data() + 20 * row_bytes, len - 20}};
+    for (int64_t heads = 1; heads <= 3; ++heads)
+      for (Isa isa : testing::available_isas()) {
+        std::vector<float> out(static_cast<size_t>(heads * 96), 7.0f), p(static_cast<size_t>(heads * 60), 7.0f);
+        attention_group_kv(out.data(), 96, p.data(), 60, q.data(), 80, heads, runs, 2, len, D, stride, element, 0.125f,
+                           0.5f, isa);
+        for (int64_t h = 0; h < heads; ++h) {
+          std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(len));
+          attention_row_kv(want.data(), want_p.data(), q.data() + h * 80, runs, 2, len, D, stride, element, 0.125f, 0.5f,
+                           Isa::kPortable);
+          const std::string what = std::string(isa_name(isa)) + " element " + std::to_string(static_cast<int>(element)) +
+                                   " heads " + std::to_string(heads) + " head " + std::to_string(h);
+          EXPECT_EQ(0, std::memcmp(out.data() + h * 96, want.data(), want.size() * 4)) << what;
+          EXPECT_EQ(0, std::memcmp(p.data() + h * 60, want_p.data(), want_p.size() * 4)) << what;
+        }
+      }
+  }
+}
+
 // Every E4M3 code (NaN included) reads as its exact value: with one key, p = 1 and the output is
 // the value row itself.
 TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
