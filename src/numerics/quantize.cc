@@ -2,7 +2,7 @@
 // structure below is shared by every instruction set.
 #include "numerics/quantize.h"
 
-#include <xmmintrin.h>
+#include <emmintrin.h>
 
 #include <algorithm>
 #include <cstring>
@@ -161,6 +161,39 @@ void quantize_per_tensor(const Source& x, const SourceKernels& k, ScaleFormat f,
 // 128x1 blocks along rows. Writes either the row-major kCols128x1 layout (`transposed` false:
 // codes [rows, cols], scales [ceil(rows/128), cols]) or its transpose, the column-wise copy of a
 // 1x128-rows tensor (`transposed` true: codes [cols, rows], scales [cols, ceil(rows/128)]).
+// dst[c * dst_ld + r] = src[r * src_ld + c]: the byte transpose of 16x16 blocks in four rounds
+// of SSE2 unpacks (8-, 16-, 32-, then 64-bit units of ever more rows), the edges byte by byte.
+void transpose16x16_bytes(const uint8_t* src, int64_t src_ld, uint8_t* dst, int64_t dst_ld) {
+  __m128i a[16], b[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_ld));
+  for (int p = 0; p < 8; ++p) {  // b[8h + p]: rows 2p, 2p+1, columns 8h..8h+7
+    b[p] = _mm_unpacklo_epi8(a[2 * p], a[2 * p + 1]);
+    b[8 + p] = _mm_unpackhi_epi8(a[2 * p], a[2 * p + 1]);
+  }
+  for (int h = 0; h < 2; ++h)
+    for (int q = 0; q < 4; ++q) {  // a[4g + q]: rows 4q..4q+3, columns 4g..4g+3
+      a[8 * h + q] = _mm_unpacklo_epi16(b[8 * h + 2 * q], b[8 * h + 2 * q + 1]);
+      a[8 * h + 4 + q] = _mm_unpackhi_epi16(b[8 * h + 2 * q], b[8 * h + 2 * q + 1]);
+    }
+  for (int g = 0; g < 4; ++g)
+    for (int w = 0; w < 2; ++w) {  // b[2e + w]: rows 8w..8w+7, columns 2e, 2e+1
+      b[4 * g + w] = _mm_unpacklo_epi32(a[4 * g + 2 * w], a[4 * g + 2 * w + 1]);
+      b[4 * g + 2 + w] = _mm_unpackhi_epi32(a[4 * g + 2 * w], a[4 * g + 2 * w + 1]);
+    }
+  for (int e = 0; e < 8; ++e) {  // column 2e and 2e+1, all 16 rows
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 2 * e * dst_ld), _mm_unpacklo_epi64(b[2 * e], b[2 * e + 1]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * e + 1) * dst_ld), _mm_unpackhi_epi64(b[2 * e], b[2 * e + 1]));
+  }
+}
+
+void transpose_bytes(const uint8_t* src, int64_t src_ld, int64_t rows, int64_t cols, uint8_t* dst, int64_t dst_ld) {
+  const int64_t rows16 = rows / 16 * 16, cols16 = cols / 16 * 16;
+  for (int64_t r = 0; r < rows16; r += 16)
+    for (int64_t c = 0; c < cols16; c += 16) transpose16x16_bytes(src + r * src_ld + c, src_ld, dst + c * dst_ld + r, dst_ld);
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = c < cols16 ? rows16 : 0; r < rows; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+}
+
 void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q, bool transposed) {
   const int64_t row_blocks = (x.rows + kB - 1) / kB;
   // 128-row bands in tasks on the kernel pool (bands write disjoint codes and scales: same bits).
@@ -183,11 +216,7 @@ void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f,
         uint8_t* dst = transposed ? tile.data() + (r - r0) * kColPanel : q.codes.data() + r * x.cols + c0;
         k.scale_encode_each(x.at(r, c0), n, qs.data(), dst);
       }
-      if (transposed) {
-        for (int64_t c = 0; c < n; ++c)
-          for (int64_t r = 0; r < m; ++r)
-            q.codes[static_cast<size_t>((c0 + c) * x.rows + r0 + r)] = tile[static_cast<size_t>(r * kColPanel + c)];
-      }
+      if (transposed) transpose_bytes(tile.data(), kColPanel, m, n, q.codes.data() + c0 * x.rows + r0, x.rows);
     }
   });
 }
