@@ -18,8 +18,10 @@
 namespace fp8rl {
 
 namespace {
+// Grows `buf` to hold n floats; never shrinks, so batches of varying length reuse one allocation
+// (every user writes the elements it reads).
 void ensure(AlignedBuffer<float>& buf, int64_t n) {
-  if (buf.size() != static_cast<size_t>(n)) buf = AlignedBuffer<float>(static_cast<size_t>(n));
+  if (buf.size() < static_cast<size_t>(n)) buf = AlignedBuffer<float>(static_cast<size_t>(n));
 }
 void add_into(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
