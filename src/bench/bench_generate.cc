@@ -17,7 +17,7 @@
 // included), medians over --repeats runs after a warm-up. The cases compared with each other
 // (BF16 vs FP8) run alternately, one of each per round, so a change of machine load affects both.
 // Weights are random; prompts are random tokens; decoding is greedy with no eos, so every
-// sequence runs to max_new_tokens. Attention runs on one thread; the GEMVs on `threads`.
+// sequence runs to max_new_tokens. The GEMVs and attention (one task per row) run on `threads`.
 #include <fmt/format.h>
 
 #include <fstream>
@@ -246,7 +246,7 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
   const std::string script = find_bench_script("torch_decode.py");
   if (!options.json)
     fmt::print("# generate bench: {} preset (max_seq_len {}), greedy decoding of random prompts, engine clock, "
-               "median of {} runs after a warm-up; GEMV threads {}, attention 1 thread; L3 {} MiB; CPU: {}\n",
+               "median of {} runs after a warm-up; {} threads; L3 {} MiB; CPU: {}\n",
                c.preset, c.max_seq_len, options.repeats, kernel_threads(), l3 >> 20, cpu_features().describe());
   const double bandwidth = measure_read_bandwidth_gbps(int64_t{quick ? 64 : 1024} << 20, 3);
   emit({{"suite", "generate"}, {"case", "read_bandwidth"}, {"threads", 1}, {"gbps", bandwidth}}, options);
