@@ -116,7 +116,8 @@ void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t
   const __m512 scale = _mm512_set1_ps(score_scale);
   // With several heads, a block of narrow (BF16, E4M3) key rows is widened once into FP32 rows.
   const bool widen_once = E != KvElement::kF32 && heads > 1;
-  std::vector<float> kbuf(widen_once ? static_cast<size_t>(16 * chunks * 16) : 0);
+  thread_local std::vector<float> kbuf;  // grows once per thread, never zeroed again
+  if (widen_once && kbuf.size() < static_cast<size_t>(16 * chunks * 16)) kbuf.resize(static_cast<size_t>(16 * chunks * 16));
   int64_t j = 0;
   for (int s = 0; s < num_runs; ++s) {
     const auto* k = static_cast<const uint8_t*>(runs[s].k);
