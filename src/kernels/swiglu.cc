@@ -9,7 +9,9 @@ namespace fp8rl {
 namespace {
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
-constexpr int64_t kChunk = 16384;  // elements per task (elementwise: same bits for any thread count)
+// Elements per task (elementwise: same bits for any thread count). Each element costs an expf, so
+// even a decode step's few thousand elements are worth splitting across the pool.
+constexpr int64_t kChunk = 2048;
 }  // namespace
 
 void swiglu_forward(float* s, const float* g, const float* u, int64_t n) {
