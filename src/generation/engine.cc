@@ -131,10 +131,11 @@ void GenerationEngine::set_kv_scales(const std::vector<QkvScales>& scales) {
 
 void GenerationEngine::linear_forward(const EngineLinear& lin, const float* x, int64_t R, float* y, bool round) {
   const int64_t N = lin.N, K = lin.K;
-  const GemvOptions gemv{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true};
+  const GemvOptions gemv{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true, .round_output_bf16 = round};
   switch (lin.precision) {
     case Precision::kF32:
       gemm_nt_f32(R, N, K, x, K, lin.f32.data(), K, y, N);
+      if (round) round_bf16(y, R * N);
       break;
     case Precision::kBF16: {
       std::vector<bf16_t> xh(static_cast<size_t>(R * K));
@@ -155,7 +156,6 @@ void GenerationEngine::linear_forward(const EngineLinear& lin, const float* x, i
       break;
     }
   }
-  if (round) round_bf16(y, R * N);
 }
 
 void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits) {

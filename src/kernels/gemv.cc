@@ -91,6 +91,10 @@ void run(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64
         } else {
           gemv_detail::gemv_strips_portable(W, x, y, ldy, s0, s1);
         }
+        if (options.round_output_bf16) {
+          const int64_t n0 = s0 * kGemvStrip, n1 = std::min(W.rows, s1 * kGemvStrip);
+          for (int64_t m = 0; m < x.M; ++m) bf16_round_f32(y + m * ldy + n0, n1 - n0, options.isa);
+        }
       },
       thread_count(options.threads));
 }

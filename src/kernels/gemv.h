@@ -53,6 +53,9 @@ struct GemvOptions {
   // Every current path is batch invariant (see above); the option is kept so that callers state
   // the requirement and a faster non-invariant path can never be picked for them silently.
   bool batch_invariant = false;
+  // y is rounded to BF16 values (bf16_round_f32) by the task that computed it, while it is in that
+  // core's cache; the same bits as rounding afterwards.
+  bool round_output_bf16 = false;
 };
 
 // Packs BF16 W [N, K] (row stride ldw) into `out` (storage reused when the shape matches).

@@ -15,6 +15,7 @@
 #include "kernels/gemm.h"
 #include "kernels/reference/gemm_reference.h"
 #include "kernels/reference/gemv_reference.h"
+#include "numerics/codec.h"
 #include "numerics/e4m3.h"
 #include "numerics/quantize.h"
 #include "tests/kernels/product_check.h"
@@ -134,6 +135,36 @@ TEST(Gemv, RowsAreBitIdenticalToGemmRowsAndIndependentOfM) {
       gemm_nt_fp8(xq.rowwise, wq.rowwise, gemm.data(), s.N, false, gemm_options);
       EXPECT_EQ(0, std::memcmp(decode.data(), gemm.data(), gemm.size() * 4)) << "fp8 " << what;
       EXPECT_EQ(0, std::memcmp(decode.data(), decode2.data(), gemm.size() * 4)) << "fp8 threads " << what;
+    }
+}
+
+// round_output_bf16 rounds in the task that computed the outputs: the bits of rounding afterwards,
+// and nothing written outside y's N columns (ldy > N here).
+TEST(Gemv, RoundedOutputEqualsRoundingAfterwards) {
+  for (Isa isa : testing::available_isas())
+    for (const WeightShape& s : kShapes) {
+      const int64_t M = 5, ldy = s.N + 3;
+      const std::vector<float> wf = random_values(s.N * s.K, 6), xf = random_values(M * s.K, 7);
+      const std::vector<bf16_t> wh = to_bf16(wf), xh = to_bf16(xf);
+      const QuantizedTensor wq = quantized(wf, s.N, s.K, ScalingMode::kBlocks128x128);
+      const QuantizedTensor xq = quantized(xf, M, s.K, ScalingMode::kRows1x128);
+      PackedGemvWeights wb, w8;
+      pack_gemv_weights_bf16(wh.data(), s.N, s.K, s.K, wb, GemvOptions{isa, 2, true});
+      pack_gemv_weights_fp8(wq.rowwise, w8, GemvOptions{isa, 2, true});
+      for (int fp8 = 0; fp8 < 2; ++fp8) {
+        std::vector<float> plain(static_cast<size_t>(M * ldy), 3.0f), rounded(plain.size(), 3.0f);
+        GemvOptions options{isa, 2, true};
+        for (std::vector<float>* y : {&plain, &rounded}) {
+          options.round_output_bf16 = y == &rounded;
+          if (fp8)
+            gemv_fp8(w8, xq.rowwise, y->data(), ldy, options);
+          else
+            gemv_bf16(wb, M, xh.data(), s.K, y->data(), ldy, options);
+        }
+        for (int64_t m = 0; m < M; ++m) bf16_round_f32(plain.data() + m * ldy, s.N);
+        EXPECT_EQ(0, std::memcmp(plain.data(), rounded.data(), plain.size() * 4))
+            << isa_name(isa) << (fp8 ? " fp8" : " bf16") << " N=" << s.N << " K=" << s.K;
+      }
     }
 }
 
