@@ -1,4 +1,4 @@
-// AVX-512 attention_row over FP32, BF16 or E4M3 rows (attention_row.h), bit-identical to the
+// AVX-512 attention_group_kv over FP32, BF16 or E4M3 rows (attention_row.h), bit-identical to the
 // scalar template:
 //   score: lane l of one 16-wide accumulator per key sums q[i] * k[i] for i = l, l + 16, ... in
 //          order (multiply, then add; lanes past D never added to), then the same reduction tree
@@ -7,7 +7,10 @@
 //          at once, instead of one latency-bound horizontal sum per key.
 //   softmax: scalar max, then the template's own attention_softmax (compiled for plain x86-64).
 //   output: lane d sums p[j] * v_j[d] over j in order (multiply, then add), then * value_scale.
-// Rows are widened (BF16) or decoded (E4M3) to exact FP32 in registers as they are loaded.
+// Rows are widened (BF16) or decoded (E4M3) to exact FP32 in registers as they are loaded. The
+// query heads of a group share the pass: a block of narrow key rows is widened once into a
+// per-thread buffer and scored for each head; value rows are widened once per key and summed
+// into two heads' accumulators at a time.
 #include <algorithm>
 #include <cmath>
 #include <vector>
