@@ -1,5 +1,7 @@
 // attention_row_kv (every ISA, every row element type) against the scalar attention_row template:
 // the same bits.
+#include "kernels/attention_row.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/attention_row.h"
 #include "numerics/bf16.h"
 #include "numerics/e4m3.h"
 #include "tests/test_util.h"
@@ -53,8 +54,9 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
     int split;  // positions in the first run (the rest in runs of 16, like KV pages), or -1 for one run
     float score_scale, value_scale;
   };
-  const Case cases[] = {{16, 1, 16, -1, 0.25f, 1.0f},   {32, 7, 128, 3, 0.17f, 1.0f},   {40, 33, 40, 32, 0.3f, 0.5f},
-                        {64, 300, 256, 17, 0.125f, 1.0f}, {128, 65, 512, 64, 0.09f, 3.0f}, {8, 5, 24, 0, 1.0f, 1.0f},
+  const Case cases[] = {{16, 1, 16, -1, 0.25f, 1.0f},    {32, 7, 128, 3, 0.17f, 1.0f},
+                        {40, 33, 40, 32, 0.3f, 0.5f},    {64, 300, 256, 17, 0.125f, 1.0f},
+                        {128, 65, 512, 64, 0.09f, 3.0f}, {8, 5, 24, 0, 1.0f, 1.0f},
                         {200, 20, 200, 19, 0.07f, 1.0f}, {64, 2100, 64, 2048, 0.125f, 0.01f}};
   for (const Case& c : cases) {
     std::vector<float> q(static_cast<size_t>(c.D)), k(static_cast<size_t>(c.len * c.stride)), v(k.size());
@@ -82,7 +84,8 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
       const int64_t first = c.split < 0 ? c.len : c.split;
       if (first > 0) runs.push_back({rows.k.data(), rows.v.data(), first});
       for (int64_t j = first; j < c.len; j += 16)
-        runs.push_back({rows.k.data() + j * row_bytes, rows.v.data() + j * row_bytes, std::min<int64_t>(16, c.len - j)});
+        runs.push_back(
+            {rows.k.data() + j * row_bytes, rows.v.data() + j * row_bytes, std::min<int64_t>(16, c.len - j)});
       for (Isa isa : testing::available_isas()) {
         std::vector<float> got(want.size(), 7.0f), got_p(want_p.size(), 7.0f);
         attention_row_kv(got.data(), got_p.data(), q.data(), runs.data(), static_cast<int>(runs.size()), c.len, c.D,
@@ -99,31 +102,36 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
 // A GQA group: each of 1..3 heads reading the same rows gets the single-head bits (the AVX-512
 // path widens narrow key rows once for all heads and sums values for two heads at a time).
 TEST(AttentionRow, GroupOfHeadsGivesEachHeadsSingleRowBits) {
-  const int64_t D = 64, len = 53, stride = 128;
-  std::vector<float> k(static_cast<size_t>(len * stride)), v(k.size()), q(3 * 80);
-  fill_normal(k.data(), len * stride, 0.0f, 2.0f, 9, 1);
-  fill_normal(v.data(), len * stride, 0.0f, 1.0f, 9, 2);
-  fill_normal(q.data(), 3 * 80, 0.0f, 2.0f, 9, 3);
-  for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3}) {
-    const std::vector<uint8_t> kr = store_as(element, k), vr = store_as(element, v);
-    const int64_t row_bytes = stride * kv_element_bytes(element);
-    const AttentionRows runs[] = {{kr.data(), vr.data(), 20},
-                                  {kr.data() + 20 * row_bytes, vr.data() + 20 * row_bytes, len - 20}};
-    for (int64_t heads = 1; heads <= 3; ++heads)
-      for (Isa isa : testing::available_isas()) {
-        std::vector<float> out(static_cast<size_t>(heads * 96), 7.0f), p(static_cast<size_t>(heads * 60), 7.0f);
-        attention_group_kv(out.data(), 96, p.data(), 60, q.data(), 80, heads, runs, 2, len, D, stride, element, 0.125f,
-                           0.5f, isa);
-        for (int64_t h = 0; h < heads; ++h) {
-          std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(len));
-          attention_row_kv(want.data(), want_p.data(), q.data() + h * 80, runs, 2, len, D, stride, element, 0.125f, 0.5f,
-                           Isa::kPortable);
-          const std::string what = std::string(isa_name(isa)) + " element " + std::to_string(static_cast<int>(element)) +
-                                   " heads " + std::to_string(heads) + " head " + std::to_string(h);
-          EXPECT_EQ(0, std::memcmp(out.data() + h * 96, want.data(), want.size() * 4)) << what;
-          EXPECT_EQ(0, std::memcmp(p.data() + h * 60, want_p.data(), want_p.size() * 4)) << what;
+  for (const int64_t D : {64, 8, 200}) {  // one chunk group, a partial chunk, several groups + a partial chunk
+    const int64_t len = 53, stride = 208, q_stride = 216, out_stride = 224;
+    std::vector<float> k(static_cast<size_t>(len * stride)), v(k.size()), q(3 * q_stride);
+    fill_normal(k.data(), len * stride, 0.0f, 2.0f, 9, 1);
+    fill_normal(v.data(), len * stride, 0.0f, 1.0f, 9, 2);
+    fill_normal(q.data(), 3 * q_stride, 0.0f, 2.0f, 9, 3);
+    for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3}) {
+      const std::vector<uint8_t> kr = store_as(element, k), vr = store_as(element, v);
+      const int64_t row_bytes = stride * kv_element_bytes(element);
+      const AttentionRows runs[] = {{kr.data(), vr.data(), 20},
+                                    {kr.data() + 20 * row_bytes, vr.data() + 20 * row_bytes, len - 20}};
+      for (int64_t heads = 1; heads <= 3; ++heads)
+        for (Isa isa : testing::available_isas()) {
+          std::vector<float> out(static_cast<size_t>(heads * out_stride), 7.0f),
+              p(static_cast<size_t>(heads * 60), 7.0f);
+          attention_group_kv(out.data(), out_stride, p.data(), 60, q.data(), q_stride, heads, runs, 2, len, D, stride,
+                             element, 0.125f, 0.5f, isa);
+          for (int64_t h = 0; h < heads; ++h) {
+            std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(len));
+            attention_row_kv(want.data(), want_p.data(), q.data() + h * q_stride, runs, 2, len, D, stride, element,
+                             0.125f, 0.5f, Isa::kPortable);
+            const std::string what = std::string(isa_name(isa)) + " element " +
+                                     std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) + " heads " +
+                                     std::to_string(heads) + " head " + std::to_string(h);
+            EXPECT_EQ(0, std::memcmp(out.data() + h * out_stride, want.data(), want.size() * 4)) << what;
+            EXPECT_EQ(0, std::memcmp(p.data() + h * 60, want_p.data(), want_p.size() * 4)) << what;
+            EXPECT_EQ(out[static_cast<size_t>(h * out_stride + D)], 7.0f) << what << ": wrote past D";
+          }
         }
-      }
+    }
   }
 }
 
@@ -151,9 +159,8 @@ TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
 TEST(AttentionRow, RunsMustCoverTheRow) {
   std::vector<float> q(16), k(32), v(32), out(16), p(2);
   const AttentionRows one{k.data(), v.data(), 1};
-  const std::string message = testing::error_message([&] {
-    attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 2, 16, 16, KvElement::kF32, 1.0f, 1.0f);
-  });
+  const std::string message = testing::error_message(
+      [&] { attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 2, 16, 16, KvElement::kF32, 1.0f, 1.0f); });
   EXPECT_NE(message.find("the runs hold 1 positions, the row attends to 2"), std::string::npos) << message;
 }
 
