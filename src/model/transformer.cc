@@ -268,7 +268,7 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   return amax;
 }
 
-void Transformer::forward(const TokenBatch& batch, float* logprobs) {
+void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_backward) {
   const RowLayout rows = batch_layout(batch, "forward");
   const int64_t N = rows.N, C = config_.d_model;
   resize_activations(batch.B, batch.T);
@@ -279,7 +279,7 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs) {
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     float* x_next = l + 1 < config_.n_layers ? acts_[static_cast<size_t>(l + 1)].x.data() : x_final_.data();
     qkv_amax_[static_cast<size_t>(l)] = layer_forward(l, acts_[static_cast<size_t>(l)], x_next, tmp.data(), rows,
-                                                      /*save_for_backward=*/true, /*stop_after_qkv=*/false);
+                                                      for_backward, /*stop_after_qkv=*/false);
   }
   rmsnorm_forward(hf_.data(), rstd_f_.data(), x_final_.data(), w_.final_norm, N, C, config_.norm_eps);
   if (!policy_.fp32_lm_head) round_activations(hf_.data(), N * C);

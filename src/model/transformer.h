@@ -52,8 +52,11 @@ class Transformer {
   void refresh_weights();
   void zero_grads();
 
-  // logprobs [B*T]: log-prob of targets[n] at row n (0 where targets[n] < 0). Saves activations.
-  void forward(const TokenBatch& batch, float* logprobs);
+  // logprobs [B*T]: log-prob of targets[n] at row n (0 where targets[n] < 0). Saves activations;
+  // `for_backward` false skips what only backward() reads (the FP8 linears' column-wise copies),
+  // for forwards that only want log-probs (the same log-probs); with FP8 linears a backward()
+  // after it is refused with an error naming the linear.
+  void forward(const TokenBatch& batch, float* logprobs, bool for_backward = true);
   // Logits [B*T, V] of the last forward (FP32).
   const float* logits() const { return logits_.data(); }
   // Adds the gradient of sum_n dlogprobs[n] * logprobs[n] to grads(). Uses the last forward.

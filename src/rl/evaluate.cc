@@ -24,7 +24,7 @@ std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std:
       batch.lengths[static_cast<size_t>(b)] = static_cast<int32_t>(s.size());
     }
     std::vector<float> unused(static_cast<size_t>(B * T));
-    model.forward(batch, unused.data());
+    model.forward(batch, unused.data(), /*for_backward=*/false);
     bool any = false;
     for (int64_t b = 0; b < B; ++b) {
       if (done[static_cast<size_t>(b)]) continue;

@@ -60,7 +60,7 @@ void response_logprobs(Transformer& model, std::vector<Rollout>& r, size_t begin
                        std::vector<float> Rollout::*field) {
   const TokenBatch b = rollout_batch(r, begin, end, pad);
   std::vector<float> lp(static_cast<size_t>(b.B * b.T));
-  model.forward(b, lp.data());
+  model.forward(b, lp.data(), /*for_backward=*/false);
   for (size_t i = begin; i < end; ++i) {
     const size_t start = (i - begin) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
     (r[i].*field).assign(lp.begin() + static_cast<std::ptrdiff_t>(start),

@@ -4,11 +4,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
 #include "model/transformer.h"
 #include "tests/grad_check.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
@@ -152,6 +154,30 @@ TEST(Transformer, QkvAmaxEqualsTheFullForwardsCalibration) {
       const std::vector<float> with_calibration = grads_after(true);
       EXPECT_EQ(std::memcmp(plain.data(), with_calibration.data(), plain.size() * sizeof(float)), 0);
       EXPECT_EQ(std::memcmp(model.last_qkv_amax().data(), want.data(), want.size() * sizeof(want[0])), 0);
+    }
+  }
+}
+
+// A log-probs-only forward (for_backward false, as GRPO's reference model and greedy evaluation
+// run it) gives the same log-probs without the FP8 column-wise copies; with FP8 linears a
+// backward after it is refused, naming the linear.
+TEST(Transformer, ForwardWithoutBackwardGivesTheSameLogprobs) {
+  ModelConfig c = micro_config(false, true);
+  c.d_model = 128, c.d_ff = 256, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32;
+  const TokenBatch batch = micro_batch();
+  for (Precision linear : {Precision::kBF16, Precision::kFP8}) {
+    PrecisionPolicy policy;
+    policy.linear = linear;
+    Transformer model(c, policy);
+    model.init_random(5);
+    const int64_t N = batch.B * batch.T;
+    std::vector<float> saved(static_cast<size_t>(N)), plain(saved.size()), coeff(saved.size(), 1.0f);
+    model.forward(batch, saved.data());
+    model.forward(batch, plain.data(), /*for_backward=*/false);
+    EXPECT_EQ(0, std::memcmp(saved.data(), plain.data(), saved.size() * 4)) << precision_name(linear);
+    if (linear == Precision::kFP8) {
+      const std::string message = testing::error_message([&] { model.backward(coeff.data()); });
+      EXPECT_NE(message.find("backward after a forward that did not save for backward"), std::string::npos) << message;
     }
   }
 }
