@@ -23,8 +23,13 @@ namespace {
 void ensure(AlignedBuffer<float>& buf, int64_t n) {
   if (buf.size() < static_cast<size_t>(n)) buf = AlignedBuffer<float>(static_cast<size_t>(n));
 }
-void add_into(float* out, const float* a, const float* b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+// out = a + b, rounded to BF16 values when `round`: one pass, in tasks on the kernel pool
+// (elementwise: the same bits as the add followed by bf16_round_f32).
+void add_into(float* out, const float* a, const float* b, int64_t n, bool round) {
+  parallel_for_ranges(n, 16384, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) out[i] = a[i] + b[i];
+    if (round) bf16_round_f32(out + i0, i1 - i0);
+  });
 }
 // Largest |x| over the first `rows` rows of a [*, width] buffer that have a real token.
 float amax_rows(const float* x, int64_t width, const std::vector<int32_t>& real_rows) {
@@ -253,8 +258,7 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   for (int64_t n = 0; n < N; ++n)
     if (!rows.is_real[static_cast<size_t>(n)]) std::memset(a.att.data() + n * Hq * D, 0, sizeof(float) * static_cast<size_t>(Hq * D));
   ll.o.forward(tmp, a.att.data(), N, a.co, save_for_backward);
-  add_into(a.x_mid.data(), a.x.data(), tmp, N * C);
-  round_activations(a.x_mid.data(), N * C);
+  add_into(a.x_mid.data(), a.x.data(), tmp, N * C, policy_.activations == Precision::kBF16);
   // MLP block.
   rmsnorm_forward(a.h2.data(), a.rstd2.data(), a.x_mid.data(), lw.mlp_norm, N, C, config_.norm_eps);
   round_activations(a.h2.data(), N * C);
@@ -263,8 +267,7 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   swiglu_forward(a.s.data(), a.g.data(), a.u.data(), N * F);
   round_activations(a.s.data(), N * F);
   ll.down.forward(tmp, a.s.data(), N, a.cdown, save_for_backward);
-  add_into(x_next, a.x_mid.data(), tmp, N * C);
-  round_activations(x_next, N * C);
+  add_into(x_next, a.x_mid.data(), tmp, N * C, policy_.activations == Precision::kBF16);
   return amax;
 }
 
