@@ -75,7 +75,9 @@ void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy,
       gemm_tn_f32(N_, K_, M, dy, N_, cache.x, K_, dw, K_, /*accumulate=*/true);
       break;
     case Precision::kBF16: {
-      AlignedBuffer<bf16_t> dy_bf16;
+      // Per-thread scratch, kept across calls (shapes repeat every step): no allocation and no
+      // zeroing of megabytes per backward.
+      thread_local AlignedBuffer<bf16_t> dy_bf16;
       to_bf16(dy, M * N_, dy_bf16);
       gemm_nn_bf16(M, K_, N_, dy_bf16.data(), N_, w_bf16_.data(), K_, dx, K_, accumulate_dx);
       gemm_tn_bf16(N_, K_, M, dy_bf16.data(), N_, cache.x_bf16.data(), K_, dw, K_, /*accumulate=*/true);
@@ -84,7 +86,7 @@ void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy,
     case Precision::kFP8: {
       FP8RL_CHECK(cache.x_fp8.columnwise.has_value(),
                   "linear '{}': backward after a forward that did not save for backward", name_);
-      QuantizedTensor dy_q;
+      thread_local QuantizedTensor dy_q;  // per-thread scratch, reused when the shape repeats
       quantize_activation(dy, M, N_, activation_format_, /*with_columnwise=*/true, dy_q);
       gemm_nt_fp8(dy_q.rowwise, *w_fp8_.columnwise, dx, K_, accumulate_dx);
       gemm_nt_fp8(*dy_q.columnwise, *cache.x_fp8.columnwise, dw, K_, /*accumulate=*/true);
