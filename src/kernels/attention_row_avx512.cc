@@ -19,6 +19,7 @@
 #include "numerics/simd_target.h"
 
 FP8RL_AVX512_BEGIN
+#include "numerics/avx512_codec_inl.h"  // inside the region by design (see that header)
 
 namespace fp8rl::detail {
 namespace {
@@ -47,6 +48,19 @@ inline __m512 load_chunk(const void* row, int64_t c, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v),
                                                _mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x80)), 24)));
   }
+}
+
+// Elements [16 c0, 16 c0 + 64) of an E4M3 row as four exact FP32 vectors (codes past D read as
+// zero): two table lookups for all 64 codes (the codec's decoder), then BF16 widened to FP32,
+// where load_chunk spends about nine operations per 16 codes.
+inline void decode64_f32(const uint8_t* row, int64_t c0, int64_t D, const avx512::E4m3Decoder& dec, __m512 out[4]) {
+  const int64_t left = D - 16 * c0;
+  const __mmask64 m = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+  __m512i lo, hi;
+  dec.decode64(_mm512_maskz_loadu_epi8(m, row + 16 * c0), &lo, &hi);
+  const __m256i h[4] = {_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1), _mm512_castsi512_si256(hi),
+                        _mm512_extracti64x4_epi64(hi, 1)};
+  for (int g = 0; g < 4; ++g) out[g] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h[g]), 16));
 }
 
 // s[i] = tree(a[i]) for 16 accumulators: lanes[l] += lanes[l + w] for w = 8, 4, 2, 1, lane 0
@@ -86,7 +100,8 @@ inline __m512 score_block(const uint8_t* rows, int64_t row_bytes, int64_t n, con
 // and accumulated into every head's sums, lane by lane in position order.
 template <KvElement E, int H>
 void value_pass(float* out, int64_t out_stride, const float* probs, int64_t probs_stride, const AttentionRows* runs,
-                int num_runs, int64_t row_bytes, int64_t D, int64_t c0, int64_t nc, float value_scale) {
+                int num_runs, int64_t row_bytes, int64_t D, int64_t c0, int64_t nc, float value_scale,
+                const avx512::E4m3Decoder& dec) {
   __m512 acc[H][4];
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
@@ -96,8 +111,14 @@ void value_pass(float* out, int64_t out_stride, const float* probs, int64_t prob
     for (int64_t i = 0; i < runs[s].rows; ++i, ++j) {
       __m512 p[H];
       for (int h = 0; h < H; ++h) p[h] = _mm512_set1_ps(probs[h * probs_stride + j]);
+      __m512 wide[4];
+      if constexpr (E == KvElement::kE4M3) decode64_f32(v + i * row_bytes, c0, D, dec, wide);
       for (int64_t c = 0; c < nc; ++c) {
-        const __m512 vc = load_chunk<E>(v + i * row_bytes, c0 + c, chunk_mask(D, c0 + c));
+        __m512 vc;
+        if constexpr (E == KvElement::kE4M3)
+          vc = wide[c];
+        else
+          vc = load_chunk<E>(v + i * row_bytes, c0 + c, chunk_mask(D, c0 + c));
         for (int h = 0; h < H; ++h) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(p[h], vc));
       }
     }
@@ -117,6 +138,7 @@ void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t
   constexpr int64_t kBytes = E == KvElement::kF32 ? 4 : E == KvElement::kBF16 ? 2 : 1;
   const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
+  const avx512::E4m3Decoder dec;
   // With several heads, a block of narrow (BF16, E4M3) key rows is widened once into FP32 rows.
   const bool widen_once = E != KvElement::kF32 && heads > 1;
   thread_local std::vector<float> kbuf;  // grows once per thread, never zeroed again
@@ -130,9 +152,17 @@ void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t
       const uint8_t* block = k + i0 * row_bytes;
       if (widen_once) {
         for (int64_t i = 0; i < n; ++i)
-          for (int64_t c = 0; c < chunks; ++c)
-            _mm512_storeu_ps(&kbuf[static_cast<size_t>((i * chunks + c) * 16)],
-                             load_chunk<E>(block + i * row_bytes, c, chunk_mask(D, c)));
+          for (int64_t c0 = 0; c0 < chunks; c0 += 4) {
+            __m512 wide[4];
+            if constexpr (E == KvElement::kE4M3) {
+              decode64_f32(block + i * row_bytes, c0, D, dec, wide);
+            } else {
+              for (int64_t c = c0; c < std::min(chunks, c0 + 4); ++c)
+                wide[c - c0] = load_chunk<E>(block + i * row_bytes, c, chunk_mask(D, c));
+            }
+            for (int64_t c = c0; c < std::min(chunks, c0 + 4); ++c)
+              _mm512_storeu_ps(&kbuf[static_cast<size_t>((i * chunks + c) * 16)], wide[c - c0]);
+          }
         const auto* wide = reinterpret_cast<const uint8_t*>(kbuf.data());
         for (int64_t h = 0; h < heads; ++h)
           _mm512_mask_storeu_ps(probs + h * probs_stride + j, keys,
@@ -157,9 +187,9 @@ void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t
       float* o = out + h * out_stride;
       const float* p = probs + h * probs_stride;
       if (heads - h >= 2)
-        value_pass<E, 2>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, nc, value_scale);
+        value_pass<E, 2>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, nc, value_scale, dec);
       else
-        value_pass<E, 1>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, nc, value_scale);
+        value_pass<E, 1>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, nc, value_scale, dec);
     }
 }
 
