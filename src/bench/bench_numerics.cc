@@ -13,9 +13,9 @@
 
 #include "bench/bench_suites.h"
 #include "core/cpu_features.h"
-#include "core/thread_pool.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "numerics/codec.h"
 #include "numerics/quantize.h"
 

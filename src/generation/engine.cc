@@ -4,7 +4,6 @@
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <unordered_map>
 
 #include "core/check.h"
 #include "core/timer.h"

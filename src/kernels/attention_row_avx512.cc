@@ -7,10 +7,10 @@
 //          at once, instead of one latency-bound horizontal sum per key.
 //   softmax: scalar max, then the template's own attention_softmax (compiled for plain x86-64).
 //   output: lane d sums p[j] * v_j[d] over j in order (multiply, then add), then * value_scale.
-// Rows are widened (BF16) or decoded (E4M3) to exact FP32 in registers as they are loaded. The
-// query heads of a group share the pass: a block of narrow key rows is widened once into a
-// per-thread buffer and scored for each head; value rows are widened once per key and summed
-// into two heads' accumulators at a time.
+// Rows are widened (BF16) or decoded (E4M3, the codec's table decoder) to exact FP32 as they are
+// loaded. The query heads of a group share the pass: a block of narrow key rows is widened once
+// into a per-thread buffer and scored for each head; value rows are widened once per key and
+// summed into two heads' accumulators at a time.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -29,38 +29,30 @@ inline __mmask16 chunk_mask(int64_t D, int64_t c) {
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// Elements [16c, 16c + 16) of a row as exact FP32 (masked lanes read nothing and are zero).
+// Elements [16 c0, 16 c0 + 16 nc) of a row (nc <= 4 chunks) as exact FP32 vectors; lanes past D
+// are zero. BF16 is widened by a shift; E4M3 goes through the codec's table decoder, 64 codes
+// at a time, then the same widening.
 template <KvElement E>
-inline __m512 load_chunk(const void* row, int64_t c, __mmask16 m) {
-  if constexpr (E == KvElement::kF32) {
-    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(row) + 16 * c);
-  } else if constexpr (E == KvElement::kBF16) {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(row) + 16 * c);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+inline void load_chunks(const uint8_t* row, int64_t c0, int64_t nc, int64_t D, const avx512::E4m3Decoder& dec,
+                        __m512 out[4]) {
+  if constexpr (E == KvElement::kE4M3) {
+    const int64_t left = D - 16 * c0;
+    const __mmask64 m = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
+    __m512i lo, hi;
+    dec.decode64(_mm512_maskz_loadu_epi8(m, row + 16 * c0), &lo, &hi);
+    const __m256i h[4] = {_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1), _mm512_castsi512_si256(hi),
+                          _mm512_extracti64x4_epi64(hi, 1)};
+    for (int64_t c = 0; c < nc; ++c) out[c] = avx512::bf16_decode16(h[c]);
   } else {
-    // E4M3 magnitude bits placed at FP32 bits 20..26 read as 2^(e - 127) * (1 + m/8) (or, for
-    // e = 0, the FP32 subnormal m * 2^-129); times 2^120 that is the E4M3 value exactly. The
-    // NaN code (0x7F magnitude) becomes a NaN; the sign moves to bit 31.
-    const __m512i code = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, static_cast<const uint8_t*>(row) + 16 * c));
-    const __m512i mag = _mm512_and_si512(code, _mm512_set1_epi32(0x7F));
-    __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1.0p120f));
-    v = _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, _mm512_set1_epi32(0x7F)), _mm512_set1_ps(NAN));
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(v),
-                                               _mm512_slli_epi32(_mm512_and_si512(code, _mm512_set1_epi32(0x80)), 24)));
+    for (int64_t c = 0; c < nc; ++c) {
+      const __mmask16 m = chunk_mask(D, c0 + c);
+      if constexpr (E == KvElement::kF32)
+        out[c] = _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + 16 * (c0 + c));
+      else
+        out[c] =
+            avx512::bf16_decode16(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + 16 * (c0 + c)));
+    }
   }
-}
-
-// Elements [16 c0, 16 c0 + 64) of an E4M3 row as four exact FP32 vectors (codes past D read as
-// zero): two table lookups for all 64 codes (the codec's decoder), then BF16 widened to FP32,
-// where load_chunk spends about nine operations per 16 codes.
-inline void decode64_f32(const uint8_t* row, int64_t c0, int64_t D, const avx512::E4m3Decoder& dec, __m512 out[4]) {
-  const int64_t left = D - 16 * c0;
-  const __mmask64 m = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
-  __m512i lo, hi;
-  dec.decode64(_mm512_maskz_loadu_epi8(m, row + 16 * c0), &lo, &hi);
-  const __m256i h[4] = {_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1), _mm512_castsi512_si256(hi),
-                        _mm512_extracti64x4_epi64(hi, 1)};
-  for (int g = 0; g < 4; ++g) out[g] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h[g]), 16));
 }
 
 // s[i] = tree(a[i]) for 16 accumulators: lanes[l] += lanes[l + w] for w = 8, 4, 2, 1, lane 0
@@ -74,24 +66,24 @@ inline __m512 reduce_tree16(const __m512* a) {
     d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
                          _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
   for (int i = 0; i < 2; ++i)  // lane L: elements 0,1 key 8i + L, elements 2,3 key 8i + 4 + L
-    g[i] = _mm512_add_ps(_mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0x44), _mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0xEE));
+    g[i] =
+        _mm512_add_ps(_mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0x44), _mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0xEE));
   // Element 4L + e holds key 4e + L; the permutation (its own inverse) puts key i at element i.
   const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
   return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), s);
 }
 
-// Scores of up to 16 consecutive rows (row i at rows + i * row_bytes) against q, reduced in the
+// Scores of up to 16 consecutive FP32 rows (row i at rows + i * ld) against q, reduced in the
 // template's order and times `scale`: element i is row i's score (rows past n give junk).
-template <KvElement E>
-inline __m512 score_block(const uint8_t* rows, int64_t row_bytes, int64_t n, const float* q, int64_t D,
-                          __m512 scale) {
+inline __m512 score_block(const float* rows, int64_t ld, int64_t n, const float* q, int64_t D, __m512 scale) {
   __m512 acc[16];
   for (int64_t i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t c = 0; c * 16 < D; ++c) {
     const __mmask16 m = chunk_mask(D, c);
     const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
     for (int64_t i = 0; i < n; ++i)
-      acc[i] = _mm512_mask_add_ps(acc[i], m, acc[i], _mm512_mul_ps(qc, load_chunk<E>(rows + i * row_bytes, c, m)));
+      acc[i] =
+          _mm512_mask_add_ps(acc[i], m, acc[i], _mm512_mul_ps(qc, _mm512_maskz_loadu_ps(m, rows + i * ld + 16 * c)));
   }
   return _mm512_mul_ps(reduce_tree16(acc), scale);
 }
@@ -111,16 +103,10 @@ void value_pass(float* out, int64_t out_stride, const float* probs, int64_t prob
     for (int64_t i = 0; i < runs[s].rows; ++i, ++j) {
       __m512 p[H];
       for (int h = 0; h < H; ++h) p[h] = _mm512_set1_ps(probs[h * probs_stride + j]);
-      __m512 wide[4];
-      if constexpr (E == KvElement::kE4M3) decode64_f32(v + i * row_bytes, c0, D, dec, wide);
-      for (int64_t c = 0; c < nc; ++c) {
-        __m512 vc;
-        if constexpr (E == KvElement::kE4M3)
-          vc = wide[c];
-        else
-          vc = load_chunk<E>(v + i * row_bytes, c0 + c, chunk_mask(D, c0 + c));
-        for (int h = 0; h < H; ++h) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(p[h], vc));
-      }
+      __m512 vc[4];
+      load_chunks<E>(v + i * row_bytes, c0, nc, D, dec, vc);
+      for (int64_t c = 0; c < nc; ++c)
+        for (int h = 0; h < H; ++h) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(p[h], vc[c]));
     }
   }
   for (int h = 0; h < H; ++h)
@@ -139,39 +125,33 @@ void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t
   const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
   const avx512::E4m3Decoder dec;
-  // With several heads, a block of narrow (BF16, E4M3) key rows is widened once into FP32 rows.
-  const bool widen_once = E != KvElement::kF32 && heads > 1;
+  // Narrow (BF16, E4M3) key rows are widened once per block of 16 into FP32 rows, scored for
+  // every head from there; FP32 rows are scored in place.
+  const int64_t padded = chunks * 16;
   thread_local std::vector<float> kbuf;  // grows once per thread, never zeroed again
-  if (widen_once && kbuf.size() < static_cast<size_t>(16 * chunks * 16)) kbuf.resize(static_cast<size_t>(16 * chunks * 16));
+  if (kbuf.size() < static_cast<size_t>(16 * padded)) kbuf.resize(static_cast<size_t>(16 * padded));
   int64_t j = 0;
   for (int s = 0; s < num_runs; ++s) {
     const auto* k = static_cast<const uint8_t*>(runs[s].k);
     for (int64_t i0 = 0; i0 < runs[s].rows; i0 += 16) {
       const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
       const __mmask16 keys = static_cast<__mmask16>((1u << n) - 1);
-      const uint8_t* block = k + i0 * row_bytes;
-      if (widen_once) {
+      const float* rows = reinterpret_cast<const float*>(k + i0 * row_bytes);
+      int64_t ld = stride;
+      if constexpr (E != KvElement::kF32) {
         for (int64_t i = 0; i < n; ++i)
           for (int64_t c0 = 0; c0 < chunks; c0 += 4) {
             __m512 wide[4];
-            if constexpr (E == KvElement::kE4M3) {
-              decode64_f32(block + i * row_bytes, c0, D, dec, wide);
-            } else {
-              for (int64_t c = c0; c < std::min(chunks, c0 + 4); ++c)
-                wide[c - c0] = load_chunk<E>(block + i * row_bytes, c, chunk_mask(D, c));
-            }
-            for (int64_t c = c0; c < std::min(chunks, c0 + 4); ++c)
-              _mm512_storeu_ps(&kbuf[static_cast<size_t>((i * chunks + c) * 16)], wide[c - c0]);
+            const int64_t nc = std::min<int64_t>(4, chunks - c0);
+            load_chunks<E>(k + (i0 + i) * row_bytes, c0, nc, D, dec, wide);
+            for (int64_t c = 0; c < nc; ++c)
+              _mm512_storeu_ps(&kbuf[static_cast<size_t>(i * padded + 16 * (c0 + c))], wide[c]);
           }
-        const auto* wide = reinterpret_cast<const uint8_t*>(kbuf.data());
-        for (int64_t h = 0; h < heads; ++h)
-          _mm512_mask_storeu_ps(probs + h * probs_stride + j, keys,
-                                score_block<KvElement::kF32>(wide, chunks * 64, n, q + h * q_stride, D, scale));
-      } else {
-        for (int64_t h = 0; h < heads; ++h)
-          _mm512_mask_storeu_ps(probs + h * probs_stride + j, keys,
-                                score_block<E>(block, row_bytes, n, q + h * q_stride, D, scale));
+        rows = kbuf.data();
+        ld = padded;
       }
+      for (int64_t h = 0; h < heads; ++h)
+        _mm512_mask_storeu_ps(probs + h * probs_stride + j, keys, score_block(rows, ld, n, q + h * q_stride, D, scale));
       j += n;
     }
   }

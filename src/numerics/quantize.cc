@@ -159,11 +159,8 @@ void quantize_per_tensor(const Source& x, const SourceKernels& k, ScaleFormat f,
   end_streaming(streaming);
 }
 
-// 128x1 blocks along rows. Writes either the row-major kCols128x1 layout (`transposed` false:
-// codes [rows, cols], scales [ceil(rows/128), cols]) or its transpose, the column-wise copy of a
-// 1x128-rows tensor (`transposed` true: codes [cols, rows], scales [cols, ceil(rows/128)]).
-// dst[c * dst_ld + r] = src[r * src_ld + c]: the byte transpose of 16x16 blocks in four rounds
-// of SSE2 unpacks (8-, 16-, 32-, then 64-bit units of ever more rows), the edges byte by byte.
+// dst[c * dst_ld + r] = src[r * src_ld + c] for one 16x16 byte block, in four rounds of SSE2
+// unpacks (8-, 16-, 32-, then 64-bit units of ever more rows).
 void transpose16x16_bytes(const uint8_t* src, int64_t src_ld, uint8_t* dst, int64_t dst_ld) {
   __m128i a[16], b[16];
   for (int i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_ld));
@@ -187,6 +184,8 @@ void transpose16x16_bytes(const uint8_t* src, int64_t src_ld, uint8_t* dst, int6
   }
 }
 
+// dst = transpose(src) for a [rows, cols] byte matrix with row strides src_ld and dst_ld: 16x16
+// blocks, the edges byte by byte.
 void transpose_bytes(const uint8_t* src, int64_t src_ld, int64_t rows, int64_t cols, uint8_t* dst, int64_t dst_ld) {
   const int64_t rows16 = rows / 16 * 16, cols16 = cols / 16 * 16;
   for (int64_t r = 0; r < rows16; r += 16)
@@ -195,6 +194,9 @@ void transpose_bytes(const uint8_t* src, int64_t src_ld, int64_t rows, int64_t c
     for (int64_t r = c < cols16 ? rows16 : 0; r < rows; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
 }
 
+// 128x1 blocks along rows. Writes either the row-major kCols128x1 layout (`transposed` false:
+// codes [rows, cols], scales [ceil(rows/128), cols]) or its transpose, the column-wise copy of a
+// 1x128-rows tensor (`transposed` true: codes [cols, rows], scales [cols, ceil(rows/128)]).
 void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q, bool transposed) {
   const int64_t row_blocks = (x.rows + kB - 1) / kB;
   // 128-row bands in tasks on the kernel pool (bands write disjoint codes and scales: same bits).
@@ -220,15 +222,6 @@ void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f,
       if (transposed) transpose_bytes(tile.data(), kColPanel, m, n, q.codes.data() + c0 * x.rows + r0, x.rows);
     }
   });
-}
-
-// dst = transpose(src) for a [rows, cols] byte matrix, in 32x32 tiles.
-void transpose_bytes(const uint8_t* src, int64_t rows, int64_t cols, uint8_t* dst) {
-  constexpr int64_t kT = 32;
-  for (int64_t r0 = 0; r0 < rows; r0 += kT)
-    for (int64_t c0 = 0; c0 < cols; c0 += kT)
-      for (int64_t r = r0; r < std::min(rows, r0 + kT); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kT); ++c) dst[c * rows + r] = src[r * cols + c];
 }
 
 void transpose_scales(const QuantizedMatrix& from, QuantizedMatrix& to) {
@@ -274,7 +267,7 @@ void quantize_into(const TensorView& src, QuantizedTensor& dst, Isa isa) {
   } else {
     // Per-tensor, 128x128 and 128x1 blocks are the same sets of elements after transposition,
     // so the transposed codes and scales are exactly the transposed source's quantization.
-    transpose_bytes(dst.rowwise.codes.data(), dst.rows(), dst.cols(), t.codes.data());
+    transpose_bytes(dst.rowwise.codes.data(), dst.cols(), dst.rows(), dst.cols(), t.codes.data(), dst.rows());
     transpose_scales(dst.rowwise, t);
   }
 }
