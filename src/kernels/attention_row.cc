@@ -7,16 +7,17 @@
 #include "core/check.h"
 #include "numerics/bf16.h"
 #include "numerics/e4m3.h"
+#include "numerics/exp.h"
 
 namespace fp8rl {
 
 void attention_softmax(float* p, int64_t len, float max) {
-  float sum = 0.0f;
+  float lanes[16] = {};
   for (int64_t j = 0; j < len; ++j) {
-    p[j] = std::exp(p[j] - max);
-    sum += p[j];
+    p[j] = exp_f32(p[j] - max);
+    lanes[j % 16] += p[j];
   }
-  const float inv = 1.0f / sum;
+  const float inv = 1.0f / attention_tree_sum(lanes);
   for (int64_t j = 0; j < len; ++j) p[j] *= inv;
 }
 

@@ -19,16 +19,22 @@
 
 namespace fp8rl {
 
-inline float attention_dot(const float* a, const float* b, int64_t D) {
-  float lanes[16] = {};
-  for (int64_t i = 0; i < D; ++i) lanes[i % 16] += a[i] * b[i];
+// The reduction tree of every 16-lane sum here: lanes[l] += lanes[l + w] for w = 8, 4, 2, 1.
+inline float attention_tree_sum(float lanes[16]) {
   for (int width = 8; width >= 1; width /= 2)
     for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
   return lanes[0];
 }
 
-// p[j] = exp(p[j] - max) / sum over j, the sum taken in index order. Defined in attention_row.cc
-// (plain x86-64), so the scalar template and the AVX-512 path share one compiled copy.
+inline float attention_dot(const float* a, const float* b, int64_t D) {
+  float lanes[16] = {};
+  for (int64_t i = 0; i < D; ++i) lanes[i % 16] += a[i] * b[i];
+  return attention_tree_sum(lanes);
+}
+
+// p[j] = exp_f32(p[j] - max) * (1 / sum), the sum taken in 16 lanes (p[j] goes to lane j % 16,
+// in index order) reduced by the tree above. The AVX-512 path computes the same bits 16 positions
+// at a time (exp_f32 has bit-identical lanes, numerics/avx512_exp_inl.h).
 void attention_softmax(float* p, int64_t len, float max);
 
 // probs[0..len) receives p. `scratch` holds D floats for the loaders.
@@ -70,7 +76,7 @@ struct AttentionRows {
 // per sequence; the generator: one per KV page, the shared prefix's pages first). Each head gets
 // exactly the template's bits; rows are widened or decoded to FP32 exactly as they are read, once
 // for all heads. The AVX-512 path (attention_row_avx512.cc) computes the same bits: each lane of
-// its dot products and of its output sums keeps the scalar order, exp stays the scalar std::exp.
+// its dot products, softmax sums and output sums keeps the scalar order.
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len, int64_t D,
                         int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa = Isa::kAuto);

@@ -5,7 +5,8 @@
 //          (halves of 8, 4, 2, 1 lanes added pairwise); times score_scale. Keys go 16 at a time
 //          through a transposing reduction that performs exactly those additions for all 16
 //          at once, instead of one latency-bound horizontal sum per key.
-//   softmax: scalar max, then the template's own attention_softmax (compiled for plain x86-64).
+//   softmax: exp_f32 on 16 lanes (numerics/avx512_exp_inl.h), each lane summing every 16th
+//          position in order, then the template's tree.
 //   output: lane d sums p[j] * v_j[d] over j in order (multiply, then add), then * value_scale.
 // Rows are widened (BF16) or decoded (E4M3, the codec's table decoder) to exact FP32 as they are
 // loaded. The query heads of a group share the pass: a block of narrow key rows is widened once
@@ -16,10 +17,12 @@
 #include <vector>
 
 #include "kernels/attention_row.h"
+#include "numerics/exp.h"
 #include "numerics/simd_target.h"
 
 FP8RL_AVX512_BEGIN
 #include "numerics/avx512_codec_inl.h"  // inside the region by design (see that header)
+#include "numerics/avx512_exp_inl.h"
 
 namespace fp8rl::detail {
 namespace {
@@ -52,6 +55,31 @@ inline void load_chunks(const uint8_t* row, int64_t c0, int64_t nc, int64_t D, c
         out[c] =
             avx512::bf16_decode16(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + 16 * (c0 + c)));
     }
+  }
+}
+
+// attention_softmax(p, len, max of p) 16 positions at a time: lane l sums the exps of positions
+// l, l + 16, ... in order, as the template's lanes do.
+inline void softmax(float* p, int64_t len) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < len; j += 16) {
+    const __mmask16 k = chunk_mask(len, j / 16);
+    m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, p + j), m);  // NaN ignored, as std::max
+  }
+  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < len; j += 16) {
+    const __mmask16 k = chunk_mask(len, j / 16);
+    const __m512 e = avx512::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), max));
+    _mm512_mask_storeu_ps(p + j, k, e);
+    sum = _mm512_mask_add_ps(sum, k, sum, e);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  const __m512 inv = _mm512_set1_ps(1.0f / attention_tree_sum(lanes));
+  for (int64_t j = 0; j < len; j += 16) {
+    const __mmask16 k = chunk_mask(len, j / 16);
+    _mm512_mask_storeu_ps(p + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), inv));
   }
 }
 
@@ -155,12 +183,7 @@ void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t
       j += n;
     }
   }
-  for (int64_t h = 0; h < heads; ++h) {
-    float* p = probs + h * probs_stride;
-    float max = -INFINITY;
-    for (int64_t i = 0; i < len; ++i) max = std::max(max, p[i]);
-    attention_softmax(p, len, max);
-  }
+  for (int64_t h = 0; h < heads; ++h) softmax(probs + h * probs_stride, len);
   for (int64_t h = 0; h < heads; h += 2)
     for (int64_t c0 = 0; c0 < chunks; c0 += 4) {
       const int64_t nc = std::min<int64_t>(4, chunks - c0);

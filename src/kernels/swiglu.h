@@ -1,4 +1,5 @@
-// SwiGLU gate of the Llama MLP, forward next to backward. FP32 math.
+// SwiGLU gate of the Llama MLP, forward next to backward. FP32 math, sigmoid_f32 (numerics/exp.h):
+// the AVX-512 path gives the portable path's bits.
 //
 //   s = silu(g) * u,   silu(g) = g * sigmoid(g)
 //
@@ -7,10 +8,13 @@
 
 #include <cstdint>
 
+#include "core/cpu_features.h"
+
 namespace fp8rl {
 
-void swiglu_forward(float* s, const float* g, const float* u, int64_t n);
+void swiglu_forward(float* s, const float* g, const float* u, int64_t n, Isa isa = Isa::kAuto);
 // Overwrites dg and du.
-void swiglu_backward(float* dg, float* du, const float* ds, const float* g, const float* u, int64_t n);
+void swiglu_backward(float* dg, float* du, const float* ds, const float* g, const float* u, int64_t n,
+                     Isa isa = Isa::kAuto);
 
 }  // namespace fp8rl

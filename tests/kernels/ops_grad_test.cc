@@ -1,6 +1,7 @@
 // Finite-difference checks of every layer's backward (FP32), and properties of RoPE.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "tests/grad_check.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
@@ -54,6 +56,26 @@ TEST(OpsGrad, SwiGlu) {
   swiglu_backward(dg.data(), du.data(), r.data(), g.data(), u.data(), n);
   expect_gradient_matches("swiglu dg", g.data(), n, dg.data(), loss, 1e-2, 1e-3, 1e-2);
   expect_gradient_matches("swiglu du", u.data(), n, du.data(), loss, 1e-2, 1e-3, 1e-2);
+}
+
+TEST(OpsGrad, SwiGluGivesTheSameBitsOnEveryIsa) {
+  const int64_t n = 5000;  // several tasks and a tail
+  auto g = randn(n, 4, 8.0f), u = randn(n, 5), ds = randn(n, 6);
+  g[0] = 120.0f, g[1] = -120.0f, g[2] = 0.0f;  // sigmoid saturating to 1 and to 0
+  std::vector<float> s0(n), dg0(n), du0(n);
+  swiglu_forward(s0.data(), g.data(), u.data(), n, Isa::kPortable);
+  swiglu_backward(dg0.data(), du0.data(), ds.data(), g.data(), u.data(), n, Isa::kPortable);
+  for (Isa isa : testing::available_isas()) {
+    std::vector<float> s(n), dg(n), du(n);
+    swiglu_forward(s.data(), g.data(), u.data(), n, isa);
+    swiglu_backward(dg.data(), du.data(), ds.data(), g.data(), u.data(), n, isa);
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      ASSERT_EQ(std::bit_cast<uint32_t>(s[k]), std::bit_cast<uint32_t>(s0[k])) << isa_name(isa) << " s[" << i << "]";
+      ASSERT_EQ(std::bit_cast<uint32_t>(dg[k]), std::bit_cast<uint32_t>(dg0[k])) << isa_name(isa) << " dg[" << i << "]";
+      ASSERT_EQ(std::bit_cast<uint32_t>(du[k]), std::bit_cast<uint32_t>(du0[k])) << isa_name(isa) << " du[" << i << "]";
+    }
+  }
 }
 
 TEST(OpsGrad, RopeBackwardIsTheAdjointAndRotationsKeepNorms) {
