@@ -128,31 +128,46 @@ void GenerationEngine::set_kv_scales(const std::vector<QkvScales>& scales) {
   kv_.set_scales(scales, options_.kv_dtype == KvDtype::kFP8 && options_.fp8_attention);
 }
 
-void GenerationEngine::linear_forward(const EngineLinear& lin, const float* x, int64_t R, float* y, bool round) {
-  const int64_t N = lin.N, K = lin.K;
+void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R,
+                                       bool round) {
+  const int64_t K = calls.begin()->lin->K;
   const GemvOptions gemv{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true, .round_output_bf16 = round};
-  switch (lin.precision) {
-    case Precision::kF32:
-      gemm_nt_f32(R, N, K, x, K, lin.f32.data(), K, y, N);
-      if (round) round_bf16(y, R * N);
-      break;
-    case Precision::kBF16: {
+  std::vector<GemvTarget> targets;
+  for (const Precision p : {Precision::kF32, Precision::kBF16, Precision::kFP8}) {
+    targets.clear();
+    for (const LinearCall& c : calls) {
+      FP8RL_CHECK(c.lin->K == K, "linears_forward: linears of K {} and {} cannot share x", K, c.lin->K);
+      if (c.lin->precision != p) continue;
+      if (p == Precision::kF32) {
+        gemm_nt_f32(R, c.lin->N, K, x, K, c.lin->f32.data(), K, c.y, c.lin->N);
+        if (round) round_bf16(c.y, R * c.lin->N);
+        continue;
+      }
+      targets.push_back({&c.lin->packed, c.y, c.lin->N});
+    }
+    if (targets.empty()) continue;
+    // Rows in groups of at most 16 (one GEMV call each); the targets' outputs move along.
+    auto gemv_rows = [&](int64_t r0, int64_t m, const auto& call) {
+      std::vector<GemvTarget> at = targets;
+      for (GemvTarget& t : at) t.y += r0 * t.ldy;
+      call(at.data(), static_cast<int>(at.size()), m);
+    };
+    if (p == Precision::kBF16) {
       std::vector<bf16_t> xh(static_cast<size_t>(R * K));
       bf16_encode_f32(x, xh.data(), R * K);
       for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows)
-        gemv_bf16(lin.packed, std::min(kGemvMaxRows, R - r0), xh.data() + r0 * K, K, y + r0 * N, N, gemv);
-      break;
-    }
-    case Precision::kFP8: {
+        gemv_rows(r0, std::min(kGemvMaxRows, R - r0), [&](const GemvTarget* t, int n, int64_t m) {
+          gemv_bf16(t, n, m, xh.data() + r0 * K, K, gemv);
+        });
+    } else {
       // W8A8: activations quantized 1x128 per row, exactly as the trainer's FP8 forward does.
       QuantizedTensor xq;
       for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows) {
         const int64_t m = std::min(kGemvMaxRows, R - r0);
         if (xq.rows() != m) xq = QuantizedTensor(ScalingMode::kRows1x128, m, K, policy_.activation_scale_format, false);
         quantize_into(TensorView::contiguous(const_cast<float*>(x + r0 * K), DType::kF32, Shape{m, K}), xq);
-        gemv_fp8(lin.packed, xq.rowwise, y + r0 * N, N, gemv);
+        gemv_rows(r0, m, [&](const GemvTarget* t, int n, int64_t) { gemv_fp8(t, n, xq.rowwise, gemv); });
       }
-      break;
     }
   }
 }
@@ -183,9 +198,10 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
     EngineLayer& e = layers_[static_cast<size_t>(l)];
     rmsnorm_forward(h.data(), rstd.data(), x.data(), e.attn_norm.data(), R, C, config_.norm_eps);
     round_bf16(h.data(), R * C);
-    linear_forward(e.lin[kQ], h.data(), R, config_.qk_norm ? qn.data() : q.data(), true);
-    linear_forward(e.lin[kK], h.data(), R, config_.qk_norm ? kn.data() : k.data(), true);
-    linear_forward(e.lin[kV], h.data(), R, v.data(), true);
+    linears_forward({{&e.lin[kQ], config_.qk_norm ? qn.data() : q.data()},
+                     {&e.lin[kK], config_.qk_norm ? kn.data() : k.data()},
+                     {&e.lin[kV], v.data()}},
+                    h.data(), R, true);
     if (config_.qk_norm) {
       rmsnorm_forward(q.data(), rstd.data(), qn.data(), e.q_norm.data(), R * Hq, D, config_.norm_eps);
       rmsnorm_forward(k.data(), rstd.data(), kn.data(), e.k_norm.data(), R * Hkv, D, config_.norm_eps);
@@ -231,23 +247,22 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
       }
     });
     round_bf16(att.data(), R * QD);
-    linear_forward(e.lin[kO], att.data(), R, tmp.data(), true);
+    linears_forward({{&e.lin[kO], tmp.data()}}, att.data(), R, true);
     for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
     round_bf16(x.data(), R * C);
     rmsnorm_forward(h.data(), rstd.data(), x.data(), e.mlp_norm.data(), R, C, config_.norm_eps);
     round_bf16(h.data(), R * C);
-    linear_forward(e.lin[kGate], h.data(), R, g.data(), true);
-    linear_forward(e.lin[kUp], h.data(), R, u.data(), true);
+    linears_forward({{&e.lin[kGate], g.data()}, {&e.lin[kUp], u.data()}}, h.data(), R, true);
     swiglu_forward(s.data(), g.data(), u.data(), R * F);
     round_bf16(s.data(), R * F);
-    linear_forward(e.lin[kDown], s.data(), R, tmp.data(), true);
+    linears_forward({{&e.lin[kDown], tmp.data()}}, s.data(), R, true);
     for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
     round_bf16(x.data(), R * C);
   }
   if (logits == nullptr) return;
   rmsnorm_forward(h.data(), rstd.data(), x.data(), final_norm_.data(), R, C, config_.norm_eps);
   if (!policy_.fp32_lm_head) round_bf16(h.data(), R * C);
-  linear_forward(lm_head_, h.data(), R, logits, false);
+  linears_forward({{&lm_head_, logits}}, h.data(), R, false);
 }
 
 std::vector<float> GenerationEngine::prompt_logits(const std::vector<int32_t>& tokens) {

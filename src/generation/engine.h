@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "generation/kv_cache.h"
@@ -132,8 +133,15 @@ class GenerationEngine {
   };
 
   void load_linear(EngineLinear& dst, const LinearWeightSource& src, int64_t N, int64_t K);
-  // y [R, N] = x [R, K] W^T in the linear's precision (BF16-valued x), rounded to BF16 if asked.
-  void linear_forward(const EngineLinear& lin, const float* x, int64_t R, float* y, bool round_bf16);
+  // One output of linears_forward: y [R, lin->N].
+  struct LinearCall {
+    const EngineLinear* lin;
+    float* y;
+  };
+  // y = x [R, K] W^T for each linear of `calls` (all reading the same BF16-valued x), each in its
+  // precision, rounded to BF16 if asked. Linears of one precision share the conversion of x
+  // (BF16 encoding or the 1x128 quantization) and one pass of the pool.
+  void linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round_bf16);
   // Runs the rows through the model, writing their K/V into the cache; logits [R, V] if wanted.
   void forward_rows(const std::vector<Row>& rows, float* logits);
 

@@ -70,20 +70,34 @@ void pack_activations_bf16(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, I
     }
 }
 
-void check_call(const PackedGemvWeights& W, int64_t M, int64_t ldy) {
-  FP8RL_CHECK(!W.data.empty(), "gemv: weights are not packed");
+void check_call(const GemvTarget* targets, int num_targets, int64_t M, int64_t K) {
+  FP8RL_CHECK(num_targets >= 1, "gemv: no weight matrices");
   FP8RL_CHECK(M >= 1 && M <= kGemvMaxRows, "gemv: M must be in 1..{}, got {} (split larger batches)", kGemvMaxRows, M);
-  FP8RL_CHECK(ldy >= W.rows, "gemv: ldy {} < N {}", ldy, W.rows);
+  for (int i = 0; i < num_targets; ++i) {
+    const PackedGemvWeights& W = *targets[i].W;
+    FP8RL_CHECK(!W.data.empty(), "gemv: weights are not packed");
+    FP8RL_CHECK(W.cols == K, "gemv: x has K = {}, W has K = {}", K, W.cols);
+    FP8RL_CHECK(targets[i].ldy >= W.rows, "gemv: ldy {} < N {}", targets[i].ldy, W.rows);
+  }
 }
 
-void run(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, const GemvOptions& options) {
+void run(const GemvTarget* targets, int num_targets, const PackedActivations& x, const GemvOptions& options) {
   const Isa isa = resolve_isa(options.isa);
   // Tasks of 8 strips (128 rows): large enough to amortise the hand-out, small enough to balance.
-  const int64_t strips = W.strips(), per_task = 8;
+  // Task t belongs to the first target whose tasks end after t.
+  constexpr int64_t per_task = 8;
+  std::vector<int64_t> task_end(static_cast<size_t>(num_targets));
+  int64_t tasks = 0;
+  for (int i = 0; i < num_targets; ++i) task_end[static_cast<size_t>(i)] = tasks += ceil_div(targets[i].W->strips(), per_task);
   kernel_thread_pool().parallel_for(
-      ceil_div(strips, per_task),
+      tasks,
       [&](int64_t t) {
-        const int64_t s0 = t * per_task, s1 = std::min(strips, s0 + per_task);
+        int i = 0;
+        while (t >= task_end[static_cast<size_t>(i)]) ++i;
+        const PackedGemvWeights& W = *targets[i].W;
+        float* y = targets[i].y;
+        const int64_t ldy = targets[i].ldy, first = i == 0 ? 0 : task_end[static_cast<size_t>(i - 1)];
+        const int64_t s0 = (t - first) * per_task, s1 = std::min(W.strips(), s0 + per_task);
         if (isa == Isa::kAmx) {
           gemv_detail::gemv_strips_amx(W, x, y, ldy, s0, s1);
         } else if (isa == Isa::kAvx512) {
@@ -164,20 +178,22 @@ void pack_gemv_weights_fp8(const float* W, int64_t N, int64_t K, int64_t ldw, Sc
   });
 }
 
-void gemv_bf16(const PackedGemvWeights& W, int64_t M, const bf16_t* x, int64_t ldx, float* y, int64_t ldy,
+void gemv_bf16(const GemvTarget* targets, int num_targets, int64_t M, const bf16_t* x, int64_t ldx,
                const GemvOptions& options) {
-  check_call(W, M, ldy);
-  FP8RL_CHECK(ldx >= W.cols, "gemv: ldx {} < K {}", ldx, W.cols);
+  FP8RL_CHECK(num_targets >= 1, "gemv: no weight matrices");
+  const int64_t K = targets[0].W->cols;
+  check_call(targets, num_targets, M, K);
+  FP8RL_CHECK(ldx >= K, "gemv: ldx {} < K {}", ldx, K);
   thread_local PackedActivations packed;
-  pack_activations_bf16(M, x, ldx, W.cols, resolve_isa(options.isa), packed);
-  run(W, packed, y, ldy, options);
+  pack_activations_bf16(M, x, ldx, K, resolve_isa(options.isa), packed);
+  run(targets, num_targets, packed, options);
 }
 
-void gemv_fp8(const PackedGemvWeights& W, const QuantizedMatrix& x, float* y, int64_t ldy, const GemvOptions& options) {
-  check_call(W, x.rows, ldy);
-  FP8RL_CHECK(W.type == GemvWeightType::kFP8, "gemv_fp8: W8A8 needs FP8 weights");
+void gemv_fp8(const GemvTarget* targets, int num_targets, const QuantizedMatrix& x, const GemvOptions& options) {
+  check_call(targets, num_targets, x.rows, x.cols);
+  for (int i = 0; i < num_targets; ++i)
+    FP8RL_CHECK(targets[i].W->type == GemvWeightType::kFP8, "gemv_fp8: W8A8 needs FP8 weights");
   FP8RL_CHECK(x.mode == ScalingMode::kRows1x128, "gemv_fp8: x must be quantized 1x128, got {}", x.str());
-  FP8RL_CHECK(x.cols == W.cols, "gemv_fp8: x has K = {}, W has K = {}", x.cols, W.cols);
   const int64_t M = x.rows, K = x.cols;
   thread_local std::vector<bf16_t> decoded;
   decoded.resize(static_cast<size_t>(M * K));
@@ -185,7 +201,18 @@ void gemv_fp8(const PackedGemvWeights& W, const QuantizedMatrix& x, float* y, in
   thread_local PackedActivations packed;
   pack_activations_bf16(M, decoded.data(), K, K, resolve_isa(options.isa), packed);
   std::copy(x.scale_inv.begin(), x.scale_inv.end(), packed.scales.begin());  // [M][ceil(K/128)]
-  run(W, packed, y, ldy, options);
+  run(targets, num_targets, packed, options);
+}
+
+void gemv_bf16(const PackedGemvWeights& W, int64_t M, const bf16_t* x, int64_t ldx, float* y, int64_t ldy,
+               const GemvOptions& options) {
+  const GemvTarget target{&W, y, ldy};
+  gemv_bf16(&target, 1, M, x, ldx, options);
+}
+
+void gemv_fp8(const PackedGemvWeights& W, const QuantizedMatrix& x, float* y, int64_t ldy, const GemvOptions& options) {
+  const GemvTarget target{&W, y, ldy};
+  gemv_fp8(&target, 1, x, options);
 }
 
 }  // namespace fp8rl

@@ -75,4 +75,17 @@ void gemv_bf16(const PackedGemvWeights& W, int64_t M, const bf16_t* x, int64_t l
 void gemv_fp8(const PackedGemvWeights& W, const QuantizedMatrix& x, float* y, int64_t ldy,
               const GemvOptions& options = {});
 
+// Several weight matrices with the same K applied to the same activations (the generator's q, k,
+// v, or gate and up): targets[i].y = x . targets[i].W^T. The activations are packed once and the
+// strips of all the matrices are shared out in one pass of the pool; each output gets the bits
+// of the single-matrix call.
+struct GemvTarget {
+  const PackedGemvWeights* W = nullptr;
+  float* y = nullptr;  // [M, W->rows], row stride ldy
+  int64_t ldy = 0;
+};
+void gemv_bf16(const GemvTarget* targets, int num_targets, int64_t M, const bf16_t* x, int64_t ldx,
+               const GemvOptions& options = {});
+void gemv_fp8(const GemvTarget* targets, int num_targets, const QuantizedMatrix& x, const GemvOptions& options = {});
+
 }  // namespace fp8rl

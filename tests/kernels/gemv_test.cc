@@ -168,6 +168,41 @@ TEST(Gemv, RoundedOutputEqualsRoundingAfterwards) {
     }
 }
 
+TEST(Gemv, SeveralMatricesInOneCallGiveEachSingleCallsBits) {
+  const int64_t K = 300, M = 7, Ns[3] = {129, 16, 1000};  // strips shared out across the three
+  const std::vector<float> xf = random_values(M * K, 8);
+  const std::vector<bf16_t> xh = to_bf16(xf);
+  const QuantizedTensor xq = quantized(xf, M, K, ScalingMode::kRows1x128);
+  for (Isa isa : testing::available_isas())
+    for (int fp8 = 0; fp8 < 2; ++fp8) {
+      const GemvOptions options{isa, 2, true, /*round_output_bf16=*/fp8 == 1};
+      PackedGemvWeights w[3];
+      std::vector<float> single[3], fused[3];
+      GemvTarget targets[3];
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<float> wf = random_values(Ns[i] * K, 20 + static_cast<uint64_t>(i));
+        if (fp8)
+          pack_gemv_weights_fp8(quantized(wf, Ns[i], K, ScalingMode::kBlocks128x128).rowwise, w[i], options);
+        else
+          pack_gemv_weights_bf16(to_bf16(wf).data(), Ns[i], K, K, w[i], options);
+        single[i].assign(static_cast<size_t>(M * Ns[i]), 0.0f);
+        fused[i].assign(single[i].size(), 5.0f);
+        if (fp8)
+          gemv_fp8(w[i], xq.rowwise, single[i].data(), Ns[i], options);
+        else
+          gemv_bf16(w[i], M, xh.data(), K, single[i].data(), Ns[i], options);
+        targets[i] = {&w[i], fused[i].data(), Ns[i]};
+      }
+      if (fp8)
+        gemv_fp8(targets, 3, xq.rowwise, options);
+      else
+        gemv_bf16(targets, 3, M, xh.data(), K, options);
+      for (int i = 0; i < 3; ++i)
+        EXPECT_EQ(0, std::memcmp(single[i].data(), fused[i].data(), single[i].size() * 4))
+            << isa_name(isa) << (fp8 ? " fp8" : " bf16") << " matrix " << i << " N=" << Ns[i];
+    }
+}
+
 TEST(Gemv, PackingPathsAgreeByteForByte) {
   for (const WeightShape& s : {WeightShape{300, 260}, WeightShape{129, 127}, WeightShape{1, 5}})
     for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kPow2}) {
@@ -205,6 +240,11 @@ TEST(Gemv, RejectsBadCalls) {
   EXPECT_THROW(gemv_bf16(w, 1, wh.data(), 64, y.data(), 63), Error);
   const QuantizedTensor xq(ScalingMode::kRows1x128, 1, 64, ScaleFormat::kFp32, false);
   EXPECT_THROW(gemv_fp8(w, xq.rowwise, y.data(), 64), Error);  // W8A8 needs FP8 weights
+  PackedGemvWeights narrow;
+  pack_gemv_weights_bf16(wh.data(), 64, 32, 64, narrow);
+  const GemvTarget targets[2] = {{&w, y.data(), 64}, {&narrow, y.data(), 64}};
+  EXPECT_THROW(gemv_bf16(targets, 2, 1, wh.data(), 64), Error);  // the matrices' K differ
+  EXPECT_THROW(gemv_bf16(targets, 0, 1, wh.data(), 64), Error);
 }
 
 }  // namespace
