@@ -196,8 +196,7 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
   if (config_.qk_norm) qn.resize(q.size()), kn.resize(k.size());
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     EngineLayer& e = layers_[static_cast<size_t>(l)];
-    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.attn_norm.data(), R, C, config_.norm_eps);
-    round_bf16(h.data(), R * C);
+    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.attn_norm.data(), R, C, config_.norm_eps, true);
     linears_forward({{&e.lin[kQ], config_.qk_norm ? qn.data() : q.data()},
                      {&e.lin[kK], config_.qk_norm ? kn.data() : k.data()},
                      {&e.lin[kV], v.data()}},
@@ -206,18 +205,20 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
       rmsnorm_forward(q.data(), rstd.data(), qn.data(), e.q_norm.data(), R * Hq, D, config_.norm_eps);
       rmsnorm_forward(k.data(), rstd.data(), kn.data(), e.k_norm.data(), R * Hkv, D, config_.norm_eps);
     }
-    rope_forward(q.data(), positions.data(), R, Hq, D, rope_);
-    rope_forward(k.data(), positions.data(), R, Hkv, D, rope_);
-    round_bf16(q.data(), R * QD);
-    round_bf16(k.data(), R * KD);
-    // Every row's K and V go into the cache before any row attends, so prefill rows of one
-    // sequence see each other causally.
-    for (int64_t r = 0; r < R; ++r) {
+    // RoPE and the BF16 rounding of q and k, then every row's K and V go into the cache before any
+    // row attends (so prefill rows of one sequence see each other causally). Rows are independent.
+    kernel_thread_pool().parallel_for(R, [&](int64_t r) {
       const Row& row = rows[static_cast<size_t>(r)];
+      float* qr = q.data() + r * QD;
+      float* kr = k.data() + r * KD;
+      rope_forward(qr, &positions[static_cast<size_t>(r)], 1, Hq, D, rope_);
+      rope_forward(kr, &positions[static_cast<size_t>(r)], 1, Hkv, D, rope_);
+      round_bf16(qr, QD);
+      round_bf16(kr, KD);
       const bool in_prefix = row.pos < row.prefix_len;
-      kv_.write(in_prefix ? *row.prefix : *row.own, l, in_prefix ? row.pos : row.pos - row.prefix_len,
-                k.data() + r * KD, v.data() + r * KD);
-    }
+      kv_.write(in_prefix ? *row.prefix : *row.own, l, in_prefix ? row.pos : row.pos - row.prefix_len, kr,
+                v.data() + r * KD);
+    });
     // Attention reads the K/V pages in place, widening (BF16) or decoding (FP8) rows in registers.
     const QkvScales sc = fp8_kv ? kv_.scales(l) : QkvScales{1.0f, 1.0f, 1.0f};
     const KvElement element = fp8_kv ? KvElement::kE4M3 : KvElement::kBF16;
@@ -245,16 +246,14 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
         attention_group_kv(att.data() + r * QD + g * group * D, D, probs.data(), len, qg, D, group, runs.data(),
                            static_cast<int>(runs.size()), len, D, KD, element, score_scale, fp8_kv ? sc.v : 1.0f);
       }
+      round_bf16(att.data() + r * QD, QD);
     });
-    round_bf16(att.data(), R * QD);
     linears_forward({{&e.lin[kO], tmp.data()}}, att.data(), R, true);
     for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
     round_bf16(x.data(), R * C);
-    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.mlp_norm.data(), R, C, config_.norm_eps);
-    round_bf16(h.data(), R * C);
+    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.mlp_norm.data(), R, C, config_.norm_eps, true);
     linears_forward({{&e.lin[kGate], g.data()}, {&e.lin[kUp], u.data()}}, h.data(), R, true);
-    swiglu_forward(s.data(), g.data(), u.data(), R * F);
-    round_bf16(s.data(), R * F);
+    swiglu_forward(s.data(), g.data(), u.data(), R * F, true);
     linears_forward({{&e.lin[kDown], tmp.data()}}, s.data(), R, true);
     for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
     round_bf16(x.data(), R * C);

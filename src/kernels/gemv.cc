@@ -95,19 +95,15 @@ void run(const GemvTarget* targets, int num_targets, const PackedActivations& x,
         int i = 0;
         while (t >= task_end[static_cast<size_t>(i)]) ++i;
         const PackedGemvWeights& W = *targets[i].W;
-        float* y = targets[i].y;
-        const int64_t ldy = targets[i].ldy, first = i == 0 ? 0 : task_end[static_cast<size_t>(i - 1)];
+        const gemv_detail::GemvDst dst{targets[i].y, targets[i].ldy, options.round_output_bf16};
+        const int64_t first = i == 0 ? 0 : task_end[static_cast<size_t>(i - 1)];
         const int64_t s0 = (t - first) * per_task, s1 = std::min(W.strips(), s0 + per_task);
         if (isa == Isa::kAmx) {
-          gemv_detail::gemv_strips_amx(W, x, y, ldy, s0, s1);
+          gemv_detail::gemv_strips_amx(W, x, dst, s0, s1);
         } else if (isa == Isa::kAvx512) {
-          gemv_detail::gemv_strips_avx512(W, x, y, ldy, s0, s1);
+          gemv_detail::gemv_strips_avx512(W, x, dst, s0, s1);
         } else {
-          gemv_detail::gemv_strips_portable(W, x, y, ldy, s0, s1);
-        }
-        if (options.round_output_bf16) {
-          const int64_t n0 = s0 * kGemvStrip, n1 = std::min(W.rows, s1 * kGemvStrip);
-          for (int64_t m = 0; m < x.M; ++m) bf16_round_f32(y + m * ldy + n0, n1 - n0, options.isa);
+          gemv_detail::gemv_strips_portable(W, x, dst, s0, s1);
         }
       },
       thread_count(options.threads));

@@ -54,10 +54,14 @@ inline void zero_accumulators() {
 }
 
 // Rows m < M of a [16][16] tile image into y (the columns of strip s below N).
-void store_rows(const float* tile, int64_t M, float* y, int64_t ldy, int64_t s, int64_t N) {
+void store_rows(const float* tile, int64_t M, const GemvDst& dst, int64_t s, int64_t N) {
   const int64_t n0 = s * kGemvStrip, left = std::min<int64_t>(16, N - n0);
   const auto mask = static_cast<__mmask16>((1u << left) - 1);
-  for (int64_t m = 0; m < M; ++m) _mm512_mask_storeu_ps(y + m * ldy + n0, mask, _mm512_load_ps(tile + m * 16));
+  for (int64_t m = 0; m < M; ++m) {
+    __m512 v = _mm512_load_ps(tile + m * 16);
+    if (dst.round_bf16) v = avx512::bf16_decode16(avx512::bf16_encode16(v));
+    _mm512_mask_storeu_ps(dst.y + m * dst.ldy + n0, mask, v);
+  }
 }
 
 // B tile of chunk c of a BF16 strip: in place when the chunk is whole, else a zero-padded copy.
@@ -81,7 +85,7 @@ void decode_fp8_tile(const uint8_t* strip, int64_t code_chunks, int64_t c, const
   }
 }
 
-void bf16_group(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s, int S) {
+void bf16_group(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s, int S) {
   const int64_t pairs = (W.cols + 1) / 2, chunks = (pairs + kChunkPairs - 1) / kChunkPairs;
   alignas(64) uint8_t scratch[kTileBytes];
   alignas(64) float out[16 * 16];
@@ -92,11 +96,11 @@ void bf16_group(const PackedGemvWeights& W, const PackedActivations& x, float* y
   }
   for (int i = 0; i < S; ++i) {
     store_accumulator(i, out);
-    store_rows(out, x.M, y, ldy, s + i, W.rows);
+    store_rows(out, x.M, dst, s + i, W.rows);
   }
 }
 
-void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s, int S,
+void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s, int S,
                const avx512::E4m3Decoder& dec) {
   const int64_t K = W.cols, pairs = (K + 1) / 2, chunks = (pairs + kChunkPairs - 1) / kChunkPairs;
   const int64_t code_chunks = (K + 3) / 4, slices = (K + kQuantBlock - 1) / kQuantBlock;
@@ -128,21 +132,21 @@ void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, float* y,
       }
     }
   }
-  for (int i = 0; i < S; ++i) store_rows(running[i], x.M, y, ldy, s + i, W.rows);
+  for (int i = 0; i < S; ++i) store_rows(running[i], x.M, dst, s + i, W.rows);
 }
 
 }  // namespace
 
-void gemv_strips_amx(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
+void gemv_strips_amx(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
                      int64_t s1) {
   amx::configure_tiles(static_cast<int>(x.M));  // A and accumulators: M rows (a product costs M rows)
   const avx512::E4m3Decoder dec;
   for (int64_t s = s0; s < s1; s += kGroup) {
     const int S = static_cast<int>(std::min<int64_t>(kGroup, s1 - s));
     if (W.type == GemvWeightType::kBF16) {
-      bf16_group(W, x, y, ldy, s, S);
+      bf16_group(W, x, dst, s, S);
     } else {
-      fp8_group(W, x, y, ldy, s, S, dec);
+      fp8_group(W, x, dst, s, S, dec);
     }
   }
 }

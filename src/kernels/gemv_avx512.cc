@@ -36,13 +36,14 @@ inline __m512bh broadcast_pair(const uint32_t* pairs, int64_t index) {
 }
 
 // Writes the 16 columns of strip `s` of row m (only those below N).
-inline void store_strip(float* y, int64_t n0, int64_t N, __m512 v) {
+inline void store_strip(const GemvDst& dst, int m, int64_t n0, int64_t N, __m512 v) {
   const int64_t left = std::min<int64_t>(16, N - n0);
-  _mm512_mask_storeu_ps(y + n0, static_cast<__mmask16>((1u << left) - 1), v);
+  if (dst.round_bf16) v = avx512::bf16_decode16(avx512::bf16_encode16(v));
+  _mm512_mask_storeu_ps(dst.y + m * dst.ldy + n0, static_cast<__mmask16>((1u << left) - 1), v);
 }
 
 template <int M, int S>
-void bf16_group(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s) {
+void bf16_group(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s) {
   const int64_t pairs = (W.cols + 1) / 2, strip_bytes = W.strip_bytes();
   const uint8_t* w = W.data.data() + s * strip_bytes;
   const uint32_t* xp = x.pairs.data();
@@ -58,11 +59,11 @@ void bf16_group(const PackedGemvWeights& W, const PackedActivations& x, float* y
     }
   }
   for (int i = 0; i < S; ++i)
-    for (int m = 0; m < M; ++m) store_strip(y + m * ldy, (s + i) * kGemvStrip, W.rows, acc[i][m]);
+    for (int m = 0; m < M; ++m) store_strip(dst, m, (s + i) * kGemvStrip, W.rows, acc[i][m]);
 }
 
 template <int M, int S>
-void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s,
+void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s,
                const ChunkDecoder& dec) {
   const int64_t K = W.cols, pairs = (K + 1) / 2, strip_bytes = W.strip_bytes();
   const int64_t slices = (K + kQuantBlock - 1) / kQuantBlock;
@@ -106,7 +107,7 @@ void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, float* y,
     }
   }
   for (int i = 0; i < S; ++i)
-    for (int m = 0; m < M; ++m) store_strip(y + m * ldy, (s + i) * kGemvStrip, W.rows, running[i][m]);
+    for (int m = 0; m < M; ++m) store_strip(dst, m, (s + i) * kGemvStrip, W.rows, running[i][m]);
 }
 
 // Strips per group: enough independent chains (S x M >= 8) for small M, within the registers.
@@ -116,31 +117,31 @@ constexpr int group_strips() {
 }
 
 template <int M>
-void strips_for_rows(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
+void strips_for_rows(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
                      int64_t s1) {
   constexpr int S = group_strips<M>();
   int64_t s = s0;
   if (W.type == GemvWeightType::kBF16) {
-    for (; s + S <= s1; s += S) bf16_group<M, S>(W, x, y, ldy, s);
-    for (; s < s1; ++s) bf16_group<M, 1>(W, x, y, ldy, s);
+    for (; s + S <= s1; s += S) bf16_group<M, S>(W, x, dst, s);
+    for (; s < s1; ++s) bf16_group<M, 1>(W, x, dst, s);
   } else {
     const ChunkDecoder dec;
-    for (; s + S <= s1; s += S) fp8_group<M, S>(W, x, y, ldy, s, dec);
-    for (; s < s1; ++s) fp8_group<M, 1>(W, x, y, ldy, s, dec);
+    for (; s + S <= s1; s += S) fp8_group<M, S>(W, x, dst, s, dec);
+    for (; s < s1; ++s) fp8_group<M, 1>(W, x, dst, s, dec);
   }
 }
 
 template <int... Ms>
 void dispatch_rows(std::integer_sequence<int, Ms...>, int64_t M, const PackedGemvWeights& W,
-                   const PackedActivations& x, float* y, int64_t ldy, int64_t s0, int64_t s1) {
-  ((M == Ms + 1 ? strips_for_rows<Ms + 1>(W, x, y, ldy, s0, s1) : void()), ...);
+                   const PackedActivations& x, const GemvDst& dst, int64_t s0, int64_t s1) {
+  ((M == Ms + 1 ? strips_for_rows<Ms + 1>(W, x, dst, s0, s1) : void()), ...);
 }
 
 }  // namespace
 
-void gemv_strips_avx512(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
+void gemv_strips_avx512(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
                         int64_t s1) {
-  dispatch_rows(std::make_integer_sequence<int, kGemvMaxRows>{}, x.M, W, x, y, ldy, s0, s1);
+  dispatch_rows(std::make_integer_sequence<int, kGemvMaxRows>{}, x.M, W, x, dst, s0, s1);
 }
 
 // ---- packing ---------------------------------------------------------------------------------

@@ -27,12 +27,20 @@ struct PackedActivations {
 // The chunk stores natural byte order[j] at position j (see gemv.h); this is the inverse.
 int fp8_chunk_position(int natural);
 
+// Where a kernel writes y [M, N] (row stride ldy); with round_bf16 the values are rounded to BF16
+// (bf16_round_f32's bits) in registers before they are stored.
+struct GemvDst {
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool round_bf16 = false;
+};
+
 // y[:, 16 s0 : 16 s1] for the strips [s0, s1) (columns past N are not written).
-void gemv_strips_portable(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
+void gemv_strips_portable(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
                           int64_t s1);
-void gemv_strips_avx512(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
+void gemv_strips_avx512(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
                         int64_t s1);
-void gemv_strips_amx(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
+void gemv_strips_amx(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
                      int64_t s1);  // needs x.tiles
 
 // Pack `rows` rows (<= 16 * strips) of codes [rows, K] (row stride ld) into consecutive strips

@@ -35,7 +35,7 @@ void pack_bf16_strips_portable(const bf16_t* w, int64_t rows, int64_t K, int64_t
       }
 }
 
-void gemv_strips_portable(const PackedGemvWeights& W, const PackedActivations& x, float* y, int64_t ldy, int64_t s0,
+void gemv_strips_portable(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
                           int64_t s1) {
   const int64_t M = x.M, K = W.cols, pairs = (K + 1) / 2, slices = (K + kQuantBlock - 1) / kQuantBlock;
   const int64_t strip_bytes = W.strip_bytes();
@@ -72,7 +72,8 @@ void gemv_strips_portable(const PackedGemvWeights& W, const PackedActivations& x
         }
     }
     for (int64_t m = 0; m < M; ++m)
-      for (int r = 0; r < kGemvStrip && s * kGemvStrip + r < W.rows; ++r) y[m * ldy + s * kGemvStrip + r] = out[m][r];
+      for (int r = 0; r < kGemvStrip && s * kGemvStrip + r < W.rows; ++r)
+        dst.y[m * dst.ldy + s * kGemvStrip + r] = dst.round_bf16 ? bf16_to_f32(f32_to_bf16(out[m][r])) : out[m][r];
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "numerics/codec.h"
 
 namespace fp8rl {
 
@@ -12,7 +13,8 @@ constexpr int64_t kColsPerTask = 64;
 }  // namespace
 
 // Rows are independent: blocks of rows run on the kernel pool (same bits for any thread count).
-void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t dim, float eps) {
+void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+                     bool round_output_bf16) {
   parallel_for_ranges(rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * dim;
@@ -23,6 +25,7 @@ void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int6
       rstd[r] = s;
       for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * s) * w[i];
     }
+    if (round_output_bf16) bf16_round_f32(y + r0 * dim, (r1 - r0) * dim);
   });
 }
 

@@ -9,7 +9,9 @@
 
 namespace fp8rl {
 
-void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t dim, float eps);
+// With round_output_bf16, y is rounded to BF16 values (bf16_round_f32) in the same task.
+void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+                     bool round_output_bf16 = false);
 
 // dx (+)= d/dx; dw += d/dw. `rstd` is the forward's. With accumulate_dx false, dx is overwritten.
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,

@@ -5,6 +5,7 @@
 
 #include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "numerics/codec.h"
 #include "numerics/exp.h"
 #include "numerics/simd_target.h"
 
@@ -65,10 +66,11 @@ FP8RL_AVX512_END
 
 }  // namespace
 
-void swiglu_forward(float* s, const float* g, const float* u, int64_t n, Isa isa) {
+void swiglu_forward(float* s, const float* g, const float* u, int64_t n, bool round_output_bf16, Isa isa) {
   const bool avx512 = uses_avx512(resolve_isa(isa));
   parallel_for_ranges(n, kChunk, [&](int64_t i0, int64_t i1) {
     (avx512 ? forward_avx512 : forward_scalar)(s + i0, g + i0, u + i0, i1 - i0);
+    if (round_output_bf16) bf16_round_f32(s + i0, i1 - i0, isa);
   });
 }
 

@@ -12,7 +12,9 @@
 
 namespace fp8rl {
 
-void swiglu_forward(float* s, const float* g, const float* u, int64_t n, Isa isa = Isa::kAuto);
+// With round_output_bf16, s is rounded to BF16 values (bf16_round_f32) in the same task.
+void swiglu_forward(float* s, const float* g, const float* u, int64_t n, bool round_output_bf16 = false,
+                    Isa isa = Isa::kAuto);
 // Overwrites dg and du.
 void swiglu_backward(float* dg, float* du, const float* ds, const float* g, const float* u, int64_t n,
                      Isa isa = Isa::kAuto);

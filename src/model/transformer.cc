@@ -232,8 +232,8 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
   const LayerLinears& ll = linears_[static_cast<size_t>(l)];
   // Attention block.
-  rmsnorm_forward(a.h1.data(), a.rstd1.data(), a.x.data(), lw.attn_norm, N, C, config_.norm_eps);
-  round_activations(a.h1.data(), N * C);
+  const bool bf16_acts = policy_.activations == Precision::kBF16;
+  rmsnorm_forward(a.h1.data(), a.rstd1.data(), a.x.data(), lw.attn_norm, N, C, config_.norm_eps, bf16_acts);
   ll.q.forward(config_.qk_norm ? a.q_raw.data() : a.q.data(), a.h1.data(), N, a.cq, save_for_backward);
   ll.k.forward(config_.qk_norm ? a.k_raw.data() : a.k.data(), a.h1.data(), N, a.ck, save_for_backward);
   ll.v.forward(a.v.data(), a.h1.data(), N, a.cv, save_for_backward);
@@ -258,16 +258,14 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   for (int64_t n = 0; n < N; ++n)
     if (!rows.is_real[static_cast<size_t>(n)]) std::memset(a.att.data() + n * Hq * D, 0, sizeof(float) * static_cast<size_t>(Hq * D));
   ll.o.forward(tmp, a.att.data(), N, a.co, save_for_backward);
-  add_into(a.x_mid.data(), a.x.data(), tmp, N * C, policy_.activations == Precision::kBF16);
+  add_into(a.x_mid.data(), a.x.data(), tmp, N * C, bf16_acts);
   // MLP block.
-  rmsnorm_forward(a.h2.data(), a.rstd2.data(), a.x_mid.data(), lw.mlp_norm, N, C, config_.norm_eps);
-  round_activations(a.h2.data(), N * C);
+  rmsnorm_forward(a.h2.data(), a.rstd2.data(), a.x_mid.data(), lw.mlp_norm, N, C, config_.norm_eps, bf16_acts);
   ll.gate.forward(a.g.data(), a.h2.data(), N, a.cgate, save_for_backward);
   ll.up.forward(a.u.data(), a.h2.data(), N, a.cup, save_for_backward);
-  swiglu_forward(a.s.data(), a.g.data(), a.u.data(), N * F);
-  round_activations(a.s.data(), N * F);
+  swiglu_forward(a.s.data(), a.g.data(), a.u.data(), N * F, bf16_acts);
   ll.down.forward(tmp, a.s.data(), N, a.cdown, save_for_backward);
-  add_into(x_next, a.x_mid.data(), tmp, N * C, policy_.activations == Precision::kBF16);
+  add_into(x_next, a.x_mid.data(), tmp, N * C, bf16_acts);
   return amax;
 }
 

@@ -63,11 +63,11 @@ TEST(OpsGrad, SwiGluGivesTheSameBitsOnEveryIsa) {
   auto g = randn(n, 4, 8.0f), u = randn(n, 5), ds = randn(n, 6);
   g[0] = 120.0f, g[1] = -120.0f, g[2] = 0.0f;  // sigmoid saturating to 1 and to 0
   std::vector<float> s0(n), dg0(n), du0(n);
-  swiglu_forward(s0.data(), g.data(), u.data(), n, Isa::kPortable);
+  swiglu_forward(s0.data(), g.data(), u.data(), n, false, Isa::kPortable);
   swiglu_backward(dg0.data(), du0.data(), ds.data(), g.data(), u.data(), n, Isa::kPortable);
   for (Isa isa : testing::available_isas()) {
     std::vector<float> s(n), dg(n), du(n);
-    swiglu_forward(s.data(), g.data(), u.data(), n, isa);
+    swiglu_forward(s.data(), g.data(), u.data(), n, false, isa);
     swiglu_backward(dg.data(), du.data(), ds.data(), g.data(), u.data(), n, isa);
     for (int64_t i = 0; i < n; ++i) {
       const size_t k = static_cast<size_t>(i);
