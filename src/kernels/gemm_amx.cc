@@ -150,17 +150,16 @@ void kernel_bf16(int64_t kc, const void* a_panel, const void* b_panel, const flo
   store_accumulators(c, ldc);
 }
 
-// running (c) = running + slice * (s_a * s_b) for the 32 x 32 block of slice `s`: the promotion,
-// as in the AVX-512 kernel and the twin.
-inline void promote(const float* slice, int64_t s, const float* sa, const float* sb, float* c, int64_t ldc,
-                    bool continued) {
+// running = running + slice * (s_a * s_b) for the 32 x 32 block of slice `s`: the promotion, as
+// in the AVX-512 kernel and the twin. `running` is a contiguous 32 x 32 block in L1 (C's rows
+// are often 4 KiB apart, and 32 of them would compete for the same L1 sets at every slice).
+inline void promote(const float* slice, int64_t s, const float* sa, const float* sb, float* running) {
   for (int m = 0; m < kMr; ++m) {
     const __m512 scale_a = _mm512_set1_ps(sa[s * kMr + m]);
     for (int v = 0; v < kNr / 16; ++v) {
       const __m512 scale = _mm512_mul_ps(scale_a, _mm512_loadu_ps(sb + s * kNr + 16 * v));
-      float* cv = c + m * ldc + 16 * v;
-      const __m512 running = continued ? _mm512_loadu_ps(cv) : _mm512_setzero_ps();
-      _mm512_storeu_ps(cv, _mm512_add_ps(running, _mm512_mul_ps(_mm512_load_ps(slice + m * kNr + 16 * v), scale)));
+      float* r = running + m * kNr + 16 * v;
+      _mm512_store_ps(r, _mm512_add_ps(_mm512_load_ps(r), _mm512_mul_ps(_mm512_load_ps(slice + m * kNr + 16 * v), scale)));
     }
   }
 }
@@ -171,16 +170,24 @@ void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const floa
   const auto* b = static_cast<const uint8_t*>(b_panel);
   constexpr int64_t kSliceChunks = kQuantBlock / (2 * kChunkPairs);
   const int64_t chunks = chunks_of(kc), slices = (chunks + kSliceChunks - 1) / kSliceChunks;
+  // The running sums start from C (or zero: 0 + x is what the first promotion adds either way)
+  // and go back to C once, after the last slice.
+  alignas(64) float running[kMr * kNr];
+  for (int m = 0; m < kMr; ++m)
+    for (int v = 0; v < kNr / 16; ++v)
+      _mm512_store_ps(running + m * kNr + 16 * v, load_c ? _mm512_loadu_ps(c + m * ldc + 16 * v) : _mm512_setzero_ps());
   // Software-pipelined: the tile products of slice s are issued before the promotion of slice
   // s - 1 (from the other buffer), so the AVX-512 promotion runs while the tile unit works.
   alignas(64) float slice[2][kMr * kNr];
   for (int64_t s = 0; s < slices; ++s) {
     zero_accumulators();
     for (int64_t ch = s * kSliceChunks; ch < std::min(chunks, (s + 1) * kSliceChunks); ++ch) dot_chunk(a, b, ch);
-    if (s > 0) promote(slice[(s - 1) % 2], s - 1, sa, sb, c, ldc, load_c || s > 1);
+    if (s > 0) promote(slice[(s - 1) % 2], s - 1, sa, sb, running);
     store_accumulators(slice[s % 2], kNr);
   }
-  promote(slice[(slices - 1) % 2], slices - 1, sa, sb, c, ldc, load_c || slices > 1);
+  promote(slice[(slices - 1) % 2], slices - 1, sa, sb, running);
+  for (int m = 0; m < kMr; ++m)
+    for (int v = 0; v < kNr / 16; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, _mm512_load_ps(running + m * kNr + 16 * v));
 }
 
 GemmBackend make_backend(OperandType type) {
