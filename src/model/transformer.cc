@@ -32,10 +32,21 @@ void add_into(float* out, const float* a, const float* b, int64_t n, bool round)
   });
 }
 // Largest |x| over the first `rows` rows of a [*, width] buffer that have a real token.
+// (16 running maxima the compiler can vectorise; max is exact, so the order does not matter.)
 float amax_rows(const float* x, int64_t width, const std::vector<int32_t>& real_rows) {
+  float lanes[16] = {};
+  for (int32_t r : real_rows) {
+    const float* row = x + r * width;
+    int64_t i = 0;
+    for (; i + 16 <= width; i += 16)
+      for (int l = 0; l < 16; ++l) {
+        const float a = std::fabs(row[i + l]);
+        lanes[l] = a > lanes[l] ? a : lanes[l];
+      }
+    for (; i < width; ++i) lanes[0] = std::max(lanes[0], std::fabs(row[i]));
+  }
   float m = 0.0f;
-  for (int32_t r : real_rows)
-    for (int64_t i = 0; i < width; ++i) m = std::max(m, std::fabs(x[r * width + i]));
+  for (float l : lanes) m = std::max(m, l);
   return m;
 }
 
