@@ -3,11 +3,11 @@
 // read from its KV cache. Same inputs, same bits (fp8-recipe.md invariant 1).
 //
 //   score[j] = dot(q, k_j) * score_scale          for j in [0, len)
-//   p        = softmax(score) (max subtracted, exp, sum in index order, times 1/sum)
-//   out[d]   = (sum_j p[j] * v_j[d]) * value_scale   (j in index order)
+//   p        = softmax(score) (max subtracted, exp_f32, summed in 16 lanes, times 1/sum)
+//   out[d]   = (sum_j p[j] * v_j[d]) * value_scale   (j in index order, one FMA per term)
 //
-// The dot product runs in 16 FP32 lanes (element i goes to lane i % 16) reduced in a fixed tree,
-// so the compiler may vectorise it without changing the result. `load_k(j, buf)` and
+// The dot product runs in 16 FP32 lanes (element i goes to lane i % 16, one FMA per term)
+// reduced in a fixed tree, so a vector path computes the same bits. `load_k(j, buf)` and
 // `load_v(j, buf)` return a pointer to row j as D floats (they may widen BF16 or decode FP8 into
 // `buf`).
 #pragma once
@@ -28,7 +28,7 @@ inline float attention_tree_sum(float lanes[16]) {
 
 inline float attention_dot(const float* a, const float* b, int64_t D) {
   float lanes[16] = {};
-  for (int64_t i = 0; i < D; ++i) lanes[i % 16] += a[i] * b[i];
+  for (int64_t i = 0; i < D; ++i) lanes[i % 16] = std::fma(a[i], b[i], lanes[i % 16]);
   return attention_tree_sum(lanes);
 }
 
@@ -50,7 +50,7 @@ void attention_row(float* out, float* probs, const float* q, int64_t len, int64_
   for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
     const float* v = load_v(j, scratch);
-    for (int64_t d = 0; d < D; ++d) out[d] += probs[j] * v[d];
+    for (int64_t d = 0; d < D; ++d) out[d] = std::fma(probs[j], v[d], out[d]);
   }
   if (value_scale != 1.0f)
     for (int64_t d = 0; d < D; ++d) out[d] *= value_scale;

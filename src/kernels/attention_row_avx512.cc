@@ -1,19 +1,20 @@
 // AVX-512 attention_group_kv over FP32, BF16 or E4M3 rows (attention_row.h), bit-identical to the
 // scalar template:
 //   score: lane l of one 16-wide accumulator per key sums q[i] * k[i] for i = l, l + 16, ... in
-//          order (multiply, then add; lanes past D never added to), then the same reduction tree
+//          order (one FMA per term; lanes past D never added to), then the same reduction tree
 //          (halves of 8, 4, 2, 1 lanes added pairwise); times score_scale. Keys go 16 at a time
 //          through a transposing reduction that performs exactly those additions for all 16
 //          at once, instead of one latency-bound horizontal sum per key.
 //   softmax: exp_f32 on 16 lanes (numerics/avx512_exp_inl.h), each lane summing every 16th
 //          position in order, then the template's tree.
-//   output: lane d sums p[j] * v_j[d] over j in order (multiply, then add), then * value_scale.
+//   output: lane d sums p[j] * v_j[d] over j in order (one FMA per term), then * value_scale.
 // Rows are widened (BF16) or decoded (E4M3, the codec's table decoder) to exact FP32 as they are
 // loaded. The query heads of a group share the pass: a block of narrow key rows is widened once
 // into a per-thread buffer and scored for each head; value rows are widened once per key and
 // summed into two heads' accumulators at a time.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/attention_row.h"
@@ -32,12 +33,12 @@ inline __mmask16 chunk_mask(int64_t D, int64_t c) {
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// Elements [16 c0, 16 c0 + 16 nc) of a row (nc <= 4 chunks) as exact FP32 vectors; lanes past D
+// Elements [16 c0, 16 c0 + 16 NC) of a row (NC <= 4 chunks) as exact FP32 vectors; lanes past D
 // are zero. BF16 is widened by a shift; E4M3 goes through the codec's table decoder, 64 codes
-// at a time, then the same widening.
-template <KvElement E>
-inline void load_chunks(const uint8_t* row, int64_t c0, int64_t nc, int64_t D, const avx512::E4m3Decoder& dec,
-                        __m512 out[4]) {
+// at a time, then the same widening. (NC is a template argument throughout, so that the
+// accumulators of the passes below stay in registers.)
+template <KvElement E, int NC>
+inline void load_chunks(const uint8_t* row, int64_t c0, int64_t D, const avx512::E4m3Decoder& dec, __m512 out[4]) {
   if constexpr (E == KvElement::kE4M3) {
     const int64_t left = D - 16 * c0;
     const __mmask64 m = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
@@ -45,9 +46,9 @@ inline void load_chunks(const uint8_t* row, int64_t c0, int64_t nc, int64_t D, c
     dec.decode64(_mm512_maskz_loadu_epi8(m, row + 16 * c0), &lo, &hi);
     const __m256i h[4] = {_mm512_castsi512_si256(lo), _mm512_extracti64x4_epi64(lo, 1), _mm512_castsi512_si256(hi),
                           _mm512_extracti64x4_epi64(hi, 1)};
-    for (int64_t c = 0; c < nc; ++c) out[c] = avx512::bf16_decode16(h[c]);
+    for (int c = 0; c < NC; ++c) out[c] = avx512::bf16_decode16(h[c]);
   } else {
-    for (int64_t c = 0; c < nc; ++c) {
+    for (int c = 0; c < NC; ++c) {
       const __mmask16 m = chunk_mask(D, c0 + c);
       if constexpr (E == KvElement::kF32)
         out[c] = _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + 16 * (c0 + c));
@@ -101,26 +102,28 @@ inline __m512 reduce_tree16(const __m512* a) {
   return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), s);
 }
 
-// Scores of up to 16 consecutive FP32 rows (row i at rows + i * ld) against q, reduced in the
-// template's order and times `scale`: element i is row i's score (rows past n give junk).
+// Scores of up to 16 consecutive FP32 rows (row i at rows + i * ld, i < n) against q, reduced in
+// the template's order and times `scale`: element i is row i's score (rows past n are not read;
+// their elements are junk).
 inline __m512 score_block(const float* rows, int64_t ld, int64_t n, const float* q, int64_t D, __m512 scale) {
   __m512 acc[16];
-  for (int64_t i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t c = 0; c * 16 < D; ++c) {
     const __mmask16 m = chunk_mask(D, c);
     const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
-    for (int64_t i = 0; i < n; ++i)
-      acc[i] =
-          _mm512_mask_add_ps(acc[i], m, acc[i], _mm512_mul_ps(qc, _mm512_maskz_loadu_ps(m, rows + i * ld + 16 * c)));
+    for (int i = 0; i < 16; ++i) {
+      const __mmask16 mi = i < n ? m : __mmask16(0);
+      acc[i] = _mm512_mask3_fmadd_ps(qc, _mm512_maskz_loadu_ps(mi, rows + i * ld + 16 * c), acc[i], mi);
+    }
   }
   return _mm512_mul_ps(reduce_tree16(acc), scale);
 }
 
-// out_h[16 c0 .. 16 (c0 + nc)) for H heads (nc <= 4 chunks): each value row is widened once
+// out_h[16 c0 .. 16 (c0 + NC)) for H heads (NC <= 4 chunks): each value row is widened once
 // and accumulated into every head's sums, lane by lane in position order.
-template <KvElement E, int H>
+template <KvElement E, int H, int NC>
 void value_pass(float* out, int64_t out_stride, const float* probs, int64_t probs_stride, const AttentionRows* runs,
-                int num_runs, int64_t row_bytes, int64_t D, int64_t c0, int64_t nc, float value_scale,
+                int num_runs, int64_t row_bytes, int64_t D, int64_t c0, float value_scale,
                 const avx512::E4m3Decoder& dec) {
   __m512 acc[H][4];
   for (int h = 0; h < H; ++h)
@@ -132,17 +135,26 @@ void value_pass(float* out, int64_t out_stride, const float* probs, int64_t prob
       __m512 p[H];
       for (int h = 0; h < H; ++h) p[h] = _mm512_set1_ps(probs[h * probs_stride + j]);
       __m512 vc[4];
-      load_chunks<E>(v + i * row_bytes, c0, nc, D, dec, vc);
-      for (int64_t c = 0; c < nc; ++c)
-        for (int h = 0; h < H; ++h) acc[h][c] = _mm512_add_ps(acc[h][c], _mm512_mul_ps(p[h], vc[c]));
+      load_chunks<E, NC>(v + i * row_bytes, c0, D, dec, vc);
+      for (int c = 0; c < NC; ++c)
+        for (int h = 0; h < H; ++h) acc[h][c] = _mm512_fmadd_ps(p[h], vc[c], acc[h][c]);
     }
   }
   for (int h = 0; h < H; ++h)
-    for (int64_t c = 0; c < nc; ++c) {
+    for (int c = 0; c < NC; ++c) {
       __m512 o = acc[h][c];
       if (value_scale != 1.0f) o = _mm512_mul_ps(o, _mm512_set1_ps(value_scale));
       _mm512_mask_storeu_ps(out + h * out_stride + 16 * (c0 + c), chunk_mask(D, c0 + c), o);
     }
+}
+
+// fn(std::integral_constant<int, min(left, 4)>): the chunk count of a pass as a constant.
+template <typename Fn>
+inline void with_chunk_count(int64_t left, const Fn& fn) {
+  if (left >= 4) return fn(std::integral_constant<int, 4>{});
+  if (left == 3) return fn(std::integral_constant<int, 3>{});
+  if (left == 2) return fn(std::integral_constant<int, 2>{});
+  fn(std::integral_constant<int, 1>{});
 }
 
 template <KvElement E>
@@ -167,15 +179,15 @@ void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t
       const float* rows = reinterpret_cast<const float*>(k + i0 * row_bytes);
       int64_t ld = stride;
       if constexpr (E != KvElement::kF32) {
+        float* wide_rows = kbuf.data();
         for (int64_t i = 0; i < n; ++i)
-          for (int64_t c0 = 0; c0 < chunks; c0 += 4) {
-            __m512 wide[4];
-            const int64_t nc = std::min<int64_t>(4, chunks - c0);
-            load_chunks<E>(k + (i0 + i) * row_bytes, c0, nc, D, dec, wide);
-            for (int64_t c = 0; c < nc; ++c)
-              _mm512_storeu_ps(&kbuf[static_cast<size_t>(i * padded + 16 * (c0 + c))], wide[c]);
-          }
-        rows = kbuf.data();
+          for (int64_t c0 = 0; c0 < chunks; c0 += 4)
+            with_chunk_count(chunks - c0, [&](auto nc) {
+              __m512 wide[4];
+              load_chunks<E, nc>(k + (i0 + i) * row_bytes, c0, D, dec, wide);
+              for (int c = 0; c < nc; ++c) _mm512_storeu_ps(wide_rows + i * padded + 16 * (c0 + c), wide[c]);
+            });
+        rows = wide_rows;
         ld = padded;
       }
       for (int64_t h = 0; h < heads; ++h)
@@ -185,15 +197,15 @@ void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t
   }
   for (int64_t h = 0; h < heads; ++h) softmax(probs + h * probs_stride, len);
   for (int64_t h = 0; h < heads; h += 2)
-    for (int64_t c0 = 0; c0 < chunks; c0 += 4) {
-      const int64_t nc = std::min<int64_t>(4, chunks - c0);
-      float* o = out + h * out_stride;
-      const float* p = probs + h * probs_stride;
-      if (heads - h >= 2)
-        value_pass<E, 2>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, nc, value_scale, dec);
-      else
-        value_pass<E, 1>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, nc, value_scale, dec);
-    }
+    for (int64_t c0 = 0; c0 < chunks; c0 += 4)
+      with_chunk_count(chunks - c0, [&](auto nc) {
+        float* o = out + h * out_stride;
+        const float* p = probs + h * probs_stride;
+        if (heads - h >= 2)
+          value_pass<E, 2, nc>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, value_scale, dec);
+        else
+          value_pass<E, 1, nc>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, value_scale, dec);
+      });
 }
 
 }  // namespace
