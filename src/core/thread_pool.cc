@@ -50,44 +50,46 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-// Takes task indices from the shared counter until none are left. The lock is held only to
-// take an index; tasks are coarse (a block of a GEMM), so contention is negligible.
+// A sleeper registers (sleepers + 1) under mutex_ before it checks its condition in wait(); the
+// waker publishes its change before it reads `sleepers` (both sequentially consistent), so either
+// the sleeper sees the change or the waker sees the sleeper and notifies under the mutex.
+void ThreadPool::wake(std::condition_variable& cv, const std::atomic<int>& sleepers) {
+  if (sleepers.load() == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  cv.notify_all();
+}
+
+// Takes task indices from the shared counter until none are left.
 void ThreadPool::run_tasks() {
   for (;;) {
-    int64_t task = 0;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (next_task_ >= job_size_) return;
-      task = next_task_++;
-    }
+    const int64_t task = next_task_.fetch_add(1);
+    if (task >= job_size_) return;
     try {
       const InTask in_task;
       (*job_)(task);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
-      next_task_ = job_size_;  // stop handing out work
+      next_task_.store(job_size_);  // stop handing out work
     }
   }
 }
 
 void ThreadPool::worker_loop(int worker_index) {
-  uint64_t seen = 0;
+  uint64_t seen = 0;  // the job word last handled
   for (;;) {
-    const auto woken = [&] { return stopping_.load() || generation_.load() != seen; };
-    spin_until(woken);
-    {
+    const auto woken = [&] { return stopping_.load() || job_word_.load() != seen; };
+    if (!spin_until(woken)) {
       std::unique_lock<std::mutex> lock(mutex_);
+      ++sleeping_workers_;
       wake_.wait(lock, woken);
-      if (stopping_) return;
-      seen = generation_;
-      if (worker_index > job_threads_) continue;  // not needed for this job
+      --sleeping_workers_;
     }
+    if (stopping_) return;
+    seen = job_word_.load();
+    if (worker_index > static_cast<int>(seen & 0xFFFF)) continue;  // not needed for this job
     run_tasks();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--busy_workers_ == 0) done_.notify_one();
-    }
+    if (--busy_workers_ == 0) wake(done_, sleeping_callers_);
   }
 }
 
@@ -100,25 +102,25 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn,
     for (int64_t i = 0; i < n; ++i) fn(i);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    job_ = &fn;
-    job_size_ = n;
-    job_threads_ = threads - 1;
-    next_task_ = 0;
-    busy_workers_ = threads - 1;
-    error_ = nullptr;
-    ++generation_;
-  }
-  wake_.notify_all();
+  job_ = &fn;
+  job_size_ = n;
+  error_ = nullptr;
+  next_task_.store(0);
+  busy_workers_.store(threads - 1);
+  job_word_.store(((job_word_.load() >> 16) + 1) << 16 | static_cast<uint64_t>(threads - 1));
+  wake(wake_, sleeping_workers_);
   run_tasks();
+  const auto done = [&] { return busy_workers_.load() == 0; };
+  if (!spin_until(done)) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++sleeping_callers_;
+    done_.wait(lock, done);
+    --sleeping_callers_;
+  }
+  job_ = nullptr;
   std::exception_ptr error;
   {
-    const auto done = [&] { return busy_workers_.load() == 0; };
-    spin_until(done);
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, done);
-    job_ = nullptr;
+    std::lock_guard<std::mutex> lock(mutex_);
     error = error_;
   }
   if (error) std::rethrow_exception(error);

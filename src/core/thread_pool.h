@@ -34,23 +34,27 @@ class ThreadPool {
  private:
   void worker_loop(int worker_index);
   void run_tasks();
+  // Wakes the sleepers of `cv` if `sleepers` says there may be some (see thread_pool.cc).
+  void wake(std::condition_variable& cv, const std::atomic<int>& sleepers);
 
   std::vector<std::thread> workers_;
+  // The hand-off is lock-free: a decode step issues hundreds of short parallel_fors, and a lock
+  // per task or a futex wake-up per call would cost more than the work of many of them. Threads
+  // poll for a while, then sleep on a condition variable; mutex_ only orders those sleeps.
   std::mutex mutex_;
-  std::condition_variable wake_;
-  std::condition_variable done_;
-  // Written under mutex_; also read without it while a thread spins before it sleeps (a decode
-  // step issues hundreds of short parallel_fors, and a futex sleep and wake-up per call would
-  // cost more than the work of many of them).
-  std::atomic<uint64_t> generation_ = 0;  // bumped once per parallel_for
+  std::condition_variable wake_;  // workers wait for a new job
+  std::condition_variable done_;  // the caller waits for the workers
+  std::atomic<int> sleeping_workers_ = 0, sleeping_callers_ = 0;
+  // (job number << 16) | workers taking part; one word, so a worker reads both consistently.
+  std::atomic<uint64_t> job_word_ = 0;
   std::atomic<bool> stopping_ = false;
-  // The current job (valid while a parallel_for is in flight).
+  // The current job: written before job_word_ is published, read by the workers taking part,
+  // which the caller waits for before it writes the next one.
   const std::function<void(int64_t)>* job_ = nullptr;
   int64_t job_size_ = 0;
-  int job_threads_ = 0;      // workers (besides the caller) that take part
-  int64_t next_task_ = 0;    // guarded by mutex_
+  std::atomic<int64_t> next_task_ = 0;
   std::atomic<int> busy_workers_ = 0;  // workers still inside the current job
-  std::exception_ptr error_;
+  std::exception_ptr error_;           // guarded by mutex_
 };
 
 // The hardware thread count (at least 1).
