@@ -105,21 +105,26 @@ void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, const Gem
   const int64_t K = W.cols, pairs = (K + 1) / 2, chunks = (pairs + kChunkPairs - 1) / kChunkPairs;
   const int64_t code_chunks = (K + 3) / 4, slices = (K + kQuantBlock - 1) / kQuantBlock;
   constexpr int64_t kSliceChunks = kQuantBlock / (2 * kChunkPairs);
-  // Two sets of B buffers, one tile per strip: the decode of chunk c + 1 is written while the
-  // tile loads of chunk c read the other set (a tile load waits for the stores it reads).
-  alignas(64) uint8_t b[2][kGroup][kTileBytes];
+  // kAhead + 1 sets of B buffers, one tile per strip: chunk c + kAhead is decoded while the tile
+  // loads of chunk c read an older set (a tile load waits until the stores it reads have
+  // reached the cache, so they must be issued well before it).
+  constexpr int64_t kAhead = 2;
+  alignas(64) uint8_t b[kAhead + 1][kGroup][kTileBytes];
   alignas(64) float slice[16 * 16];
-  alignas(64) float running[kGroup][16 * 16] = {};
+  alignas(64) float running[kGroup][16 * 16];
+  for (int i = 0; i < S; ++i)
+    for (int64_t m = 0; m < x.M; ++m) _mm512_store_ps(running[i] + m * 16, _mm512_setzero_ps());
   auto decode = [&](int64_t c) {
-    for (int i = 0; i < S; ++i) decode_fp8_tile(W.data.data() + (s + i) * W.strip_bytes(), code_chunks, c, dec, b[c & 1][i]);
+    for (int i = 0; i < S; ++i)
+      decode_fp8_tile(W.data.data() + (s + i) * W.strip_bytes(), code_chunks, c, dec, b[c % (kAhead + 1)][i]);
   };
-  decode(0);
+  for (int64_t c = 0; c < std::min(kAhead, chunks); ++c) decode(c);
   for (int64_t j = 0; j < slices; ++j) {
     zero_accumulators();
     for (int64_t c = j * kSliceChunks; c < std::min(chunks, (j + 1) * kSliceChunks); ++c) {
-      if (c + 1 < chunks) decode(c + 1);
+      if (c + kAhead < chunks) decode(c + kAhead);
       _tile_loadd(4, x.tiles.data() + c * 256, 64);
-      for (int i = 0; i < S; ++i) dot_strip(i, b[c & 1][i]);
+      for (int i = 0; i < S; ++i) dot_strip(i, b[c % (kAhead + 1)][i]);
     }
     for (int i = 0; i < S; ++i) {
       store_accumulator(i, slice);
