@@ -48,20 +48,28 @@ void Linear::refresh_weights(const float* master) {
     quantize_into(TensorView::contiguous(const_cast<float*>(master), DType::kF32, Shape{N_, K_}), w_fp8_);
 }
 
-void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bool save_for_backward) const {
+void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bool save_for_backward,
+                     const LinearCache* same_x) const {
   FP8RL_CHECK(w_master_ != nullptr, "linear '{}': refresh_weights was never called", name_);
+  cache.shared = same_x;
+  const LinearCache& in = cache.input();
   switch (precision_) {
     case Precision::kF32:
       cache.x = x;
       gemm_nt_f32(M, N_, K_, x, K_, w_master_, K_, y, N_);
       break;
     case Precision::kBF16:
-      to_bf16(x, M * K_, cache.x_bf16);
-      gemm_nt_bf16(M, N_, K_, cache.x_bf16.data(), K_, w_bf16_.data(), K_, y, N_);
+      if (same_x == nullptr) to_bf16(x, M * K_, cache.x_bf16);
+      FP8RL_CHECK(in.x_bf16.size() == static_cast<size_t>(M * K_), "linear '{}': shared input is not [{}, {}] BF16",
+                  name_, M, K_);
+      gemm_nt_bf16(M, N_, K_, in.x_bf16.data(), K_, w_bf16_.data(), K_, y, N_);
       break;
     case Precision::kFP8:
-      quantize_activation(x, M, K_, activation_format_, save_for_backward, cache.x_fp8);
-      gemm_nt_fp8(cache.x_fp8.rowwise, w_fp8_.rowwise, y, N_);
+      if (same_x == nullptr) quantize_activation(x, M, K_, activation_format_, save_for_backward, cache.x_fp8);
+      FP8RL_CHECK(in.x_fp8.rows() == M && in.x_fp8.cols() == K_ &&
+                      in.x_fp8.columnwise.has_value() == save_for_backward,
+                  "linear '{}': shared input is not [{}, {}] FP8 as this forward needs it", name_, M, K_);
+      gemm_nt_fp8(in.x_fp8.rowwise, w_fp8_.rowwise, y, N_);
       break;
   }
   if (round_output_bf16_) bf16_round_f32(y, M * N_);
@@ -69,6 +77,7 @@ void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bo
 
 void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M,
                       const LinearCache& cache) const {
+  const LinearCache& in = cache.input();
   switch (precision_) {
     case Precision::kF32:
       gemm_nn_f32(M, K_, N_, dy, N_, w_master_, K_, dx, K_, accumulate_dx);
@@ -80,16 +89,16 @@ void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy,
       thread_local AlignedBuffer<bf16_t> dy_bf16;
       to_bf16(dy, M * N_, dy_bf16);
       gemm_nn_bf16(M, K_, N_, dy_bf16.data(), N_, w_bf16_.data(), K_, dx, K_, accumulate_dx);
-      gemm_tn_bf16(N_, K_, M, dy_bf16.data(), N_, cache.x_bf16.data(), K_, dw, K_, /*accumulate=*/true);
+      gemm_tn_bf16(N_, K_, M, dy_bf16.data(), N_, in.x_bf16.data(), K_, dw, K_, /*accumulate=*/true);
       break;
     }
     case Precision::kFP8: {
-      FP8RL_CHECK(cache.x_fp8.columnwise.has_value(),
+      FP8RL_CHECK(in.x_fp8.columnwise.has_value(),
                   "linear '{}': backward after a forward that did not save for backward", name_);
       thread_local QuantizedTensor dy_q;  // per-thread scratch, reused when the shape repeats
       quantize_activation(dy, M, N_, activation_format_, /*with_columnwise=*/true, dy_q);
       gemm_nt_fp8(dy_q.rowwise, *w_fp8_.columnwise, dx, K_, accumulate_dx);
-      gemm_nt_fp8(*dy_q.columnwise, *cache.x_fp8.columnwise, dw, K_, /*accumulate=*/true);
+      gemm_nt_fp8(*dy_q.columnwise, *in.x_fp8.columnwise, dw, K_, /*accumulate=*/true);
       break;
     }
   }

@@ -26,6 +26,10 @@ struct LinearCache {
   const float* x = nullptr;       // [M, K] the FP32-valued input (FP32 path)
   AlignedBuffer<bf16_t> x_bf16;   // [M, K] (BF16 path)
   QuantizedTensor x_fp8;          // [M, K] 1x128 + column-wise [K, M] (FP8 path)
+  // Set when the forward used another linear's copies of the same x (see Linear::forward):
+  // the copies above are then unused and backward reads that cache's.
+  const LinearCache* shared = nullptr;
+  const LinearCache& input() const { return shared != nullptr ? *shared : *this; }
 };
 
 class Linear {
@@ -48,7 +52,16 @@ class Linear {
   // y [M, N] = x [M, K] W^T; saves what backward needs in `cache`. With save_for_backward false
   // (a forward that no backward follows) the FP8 path skips the column-wise copy of x that only
   // wgrad reads; y is the same either way.
-  void forward(float* y, const float* x, int64_t M, LinearCache& cache, bool save_for_backward = true) const;
+  // `same_x`: the cache of a linear that just ran forward on this very x (same M and
+  // save_for_backward) and for which can_share_input(*this) holds: its BF16 or FP8 copies of x
+  // are used instead of making new ones (q, k and v read one input, gate and up another). It must
+  // outlive this linear's backward.
+  void forward(float* y, const float* x, int64_t M, LinearCache& cache, bool save_for_backward = true,
+               const LinearCache* same_x = nullptr) const;
+  // True if the copies this linear makes of its input are the ones `other` makes.
+  bool can_share_input(const Linear& other) const {
+    return precision_ == other.precision_ && K_ == other.K_ && activation_format_ == other.activation_format_;
+  }
   // dx [M, K] (+)= dy W, dw [N, K] += dy^T x. `dy` is FP32 [M, N].
   void backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M, const LinearCache& cache) const;
 

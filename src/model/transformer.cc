@@ -245,9 +245,15 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   // Attention block.
   const bool bf16_acts = policy_.activations == Precision::kBF16;
   rmsnorm_forward(a.h1.data(), a.rstd1.data(), a.x.data(), lw.attn_norm, N, C, config_.norm_eps, bf16_acts);
+  // q, k and v read h1, gate and up read h2: each input is converted to BF16 or FP8 once where
+  // the linears' precisions allow.
+  auto same_x = [](const Linear& l, const Linear& first, const LinearCache& c) {
+    return l.can_share_input(first) ? &c : nullptr;
+  };
   ll.q.forward(config_.qk_norm ? a.q_raw.data() : a.q.data(), a.h1.data(), N, a.cq, save_for_backward);
-  ll.k.forward(config_.qk_norm ? a.k_raw.data() : a.k.data(), a.h1.data(), N, a.ck, save_for_backward);
-  ll.v.forward(a.v.data(), a.h1.data(), N, a.cv, save_for_backward);
+  ll.k.forward(config_.qk_norm ? a.k_raw.data() : a.k.data(), a.h1.data(), N, a.ck, save_for_backward,
+               same_x(ll.k, ll.q, a.cq));
+  ll.v.forward(a.v.data(), a.h1.data(), N, a.cv, save_for_backward, same_x(ll.v, ll.q, a.cq));
   if (config_.qk_norm) {
     rmsnorm_forward(a.q.data(), a.q_rstd.data(), a.q_raw.data(), lw.q_norm, N * Hq, D, config_.norm_eps);
     rmsnorm_forward(a.k.data(), a.k_rstd.data(), a.k_raw.data(), lw.k_norm, N * Hkv, D, config_.norm_eps);
@@ -273,7 +279,7 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   // MLP block.
   rmsnorm_forward(a.h2.data(), a.rstd2.data(), a.x_mid.data(), lw.mlp_norm, N, C, config_.norm_eps, bf16_acts);
   ll.gate.forward(a.g.data(), a.h2.data(), N, a.cgate, save_for_backward);
-  ll.up.forward(a.u.data(), a.h2.data(), N, a.cup, save_for_backward);
+  ll.up.forward(a.u.data(), a.h2.data(), N, a.cup, save_for_backward, same_x(ll.up, ll.gate, a.cgate));
   swiglu_forward(a.s.data(), a.g.data(), a.u.data(), N * F, bf16_acts);
   ll.down.forward(tmp, a.s.data(), N, a.cdown, save_for_backward);
   add_into(x_next, a.x_mid.data(), tmp, N * C, bf16_acts);
