@@ -194,32 +194,57 @@ void transpose_bytes(const uint8_t* src, int64_t src_ld, int64_t rows, int64_t c
     for (int64_t r = c < cols16 ? rows16 : 0; r < rows; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
 }
 
-// 128x1 blocks along rows. Writes either the row-major kCols128x1 layout (`transposed` false:
-// codes [rows, cols], scales [ceil(rows/128), cols]) or its transpose, the column-wise copy of a
-// 1x128-rows tensor (`transposed` true: codes [cols, rows], scales [cols, ceil(rows/128)]).
-void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q, bool transposed) {
+// 128x1 blocks along rows, the row-major kCols128x1 layout: codes [rows, cols], scales
+// [ceil(rows/128), cols].
+void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q) {
   const int64_t row_blocks = (x.rows + kB - 1) / kB;
   // 128-row bands in tasks on the kernel pool (bands write disjoint codes and scales: same bits).
   kernel_thread_pool().parallel_for(row_blocks, [&](int64_t rb) {
     std::vector<uint32_t> amax(static_cast<size_t>(kColPanel));
     std::vector<float> qs(static_cast<size_t>(kColPanel));
-    std::vector<uint8_t> tile(transposed ? static_cast<size_t>(kB * kColPanel) : 0);
     const int64_t r0 = rb * kB;
     const int64_t m = std::min(kB, x.rows - r0);
     for (int64_t c0 = 0; c0 < x.cols; c0 += kColPanel) {
       const int64_t n = std::min(kColPanel, x.cols - c0);
       std::fill(amax.begin(), amax.end(), 0u);
       for (int64_t r = r0; r < r0 + m; ++r) k.amax_bits_accumulate(x.at(r, c0), n, amax.data());
-      if (transposed) {
-        block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + c0 * row_blocks + rb, row_blocks);
-      } else {
-        block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + rb * x.cols + c0, 1);
+      block_multipliers(amax.data(), n, f, qs.data(), q.scale_inv.data() + rb * x.cols + c0, 1);
+      for (int64_t r = r0; r < r0 + m; ++r) k.scale_encode_each(x.at(r, c0), n, qs.data(), q.codes.data() + r * x.cols + c0);
+    }
+  });
+}
+
+// A 1x128 tensor and its column-wise copy (the transposed 128x1 quantization) together, with
+// the same bytes and scales as quantize_rows_1x128 then quantize_cols_128x1: each 128-row x
+// kColPanel-column panel is read once from memory for both kinds of amax (a row's piece of the
+// panel is read again for its 1x128 blocks while it is in L1), then twice from L2 to encode both
+// copies, instead of two passes over the source from memory.
+void quantize_rows_and_cols(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q,
+                            QuantizedMatrix& t) {
+  const int64_t row_blocks = (x.rows + kB - 1) / kB, blocks = q.scales().cols;
+  kernel_thread_pool().parallel_for(row_blocks, [&](int64_t rb) {
+    constexpr int64_t kPanelBlocks = kColPanel / kB;
+    std::vector<uint32_t> col_amax(static_cast<size_t>(kColPanel)), row_amax(static_cast<size_t>(kB * kPanelBlocks));
+    std::vector<float> col_qs(static_cast<size_t>(kColPanel)), row_qs(static_cast<size_t>(kB * kPanelBlocks));
+    std::vector<uint8_t> tile(static_cast<size_t>(kB * kColPanel));
+    const int64_t r0 = rb * kB, m = std::min(kB, x.rows - r0);
+    for (int64_t c0 = 0; c0 < x.cols; c0 += kColPanel) {
+      const int64_t n = std::min(kColPanel, x.cols - c0), nb = (n + kB - 1) / kB, cb0 = c0 / kB;
+      std::fill(col_amax.begin(), col_amax.end(), 0u);
+      std::fill(row_amax.begin(), row_amax.end(), 0u);
+      for (int64_t i = 0; i < m; ++i) {
+        k.amax_bits_accumulate(x.at(r0 + i, c0), n, col_amax.data());
+        k.amax_bits_blocks(x.at(r0 + i, c0), x.ld, 1, n, row_amax.data() + i * kPanelBlocks);
       }
-      for (int64_t r = r0; r < r0 + m; ++r) {
-        uint8_t* dst = transposed ? tile.data() + (r - r0) * kColPanel : q.codes.data() + r * x.cols + c0;
-        k.scale_encode_each(x.at(r, c0), n, qs.data(), dst);
+      block_multipliers(col_amax.data(), n, f, col_qs.data(), t.scale_inv.data() + c0 * row_blocks + rb, row_blocks);
+      for (int64_t i = 0; i < m; ++i) {
+        block_multipliers(row_amax.data() + i * kPanelBlocks, nb, f, row_qs.data() + i * kPanelBlocks,
+                          q.scale_inv.data() + (r0 + i) * blocks + cb0, 1);
+        k.scale_encode_blocks(x.at(r0 + i, c0), n, row_qs.data() + i * kPanelBlocks,
+                              q.codes.data() + (r0 + i) * x.cols + c0, /*streaming=*/false);
+        k.scale_encode_each(x.at(r0 + i, c0), n, col_qs.data(), tile.data() + i * kColPanel);
       }
-      if (transposed) transpose_bytes(tile.data(), kColPanel, m, n, q.codes.data() + c0 * x.rows + r0, x.rows);
+      transpose_bytes(tile.data(), kColPanel, m, n, t.codes.data() + c0 * x.rows + r0, x.rows);
     }
   });
 }
@@ -253,23 +278,20 @@ void quantize_into(const TensorView& src, QuantizedTensor& dst, Isa isa) {
   const Source x{static_cast<const std::byte*>(src.data), src.shape[0], src.shape[1], src.strides[0],
                  dtype_size(src.dtype)};
   const ScaleFormat f = dst.scale_format;
+  if (dst.mode() == ScalingMode::kRows1x128 && dst.columnwise)
+    return quantize_rows_and_cols(x, k, f, dst.rowwise, *dst.columnwise);
   switch (dst.mode()) {
     case ScalingMode::kPerTensor: quantize_per_tensor(x, k, f, dst.rowwise); break;
     case ScalingMode::kRows1x128: quantize_rows_1x128(x, k, f, dst.rowwise); break;
-    case ScalingMode::kCols128x1: quantize_cols_128x1(x, k, f, dst.rowwise, /*transposed=*/false); break;
+    case ScalingMode::kCols128x1: quantize_cols_128x1(x, k, f, dst.rowwise); break;
     case ScalingMode::kBlocks128x128: quantize_blocks_128x128(x, k, f, dst.rowwise); break;
   }
   if (!dst.columnwise) return;
+  // Per-tensor, 128x128 and 128x1 blocks are the same sets of elements after transposition, so
+  // the transposed codes and scales are exactly the transposed source's quantization.
   QuantizedMatrix& t = *dst.columnwise;
-  if (dst.mode() == ScalingMode::kRows1x128) {
-    // The source's 128x1 blocks, written transposed.
-    quantize_cols_128x1(x, k, f, t, /*transposed=*/true);
-  } else {
-    // Per-tensor, 128x128 and 128x1 blocks are the same sets of elements after transposition,
-    // so the transposed codes and scales are exactly the transposed source's quantization.
-    transpose_bytes(dst.rowwise.codes.data(), dst.cols(), dst.rows(), dst.cols(), t.codes.data(), dst.rows());
-    transpose_scales(dst.rowwise, t);
-  }
+  transpose_bytes(dst.rowwise.codes.data(), dst.cols(), dst.rows(), dst.cols(), t.codes.data(), dst.rows());
+  transpose_scales(dst.rowwise, t);
 }
 
 QuantizedTensor quantize(const TensorView& src, ScalingMode mode, ScaleFormat format, bool with_columnwise,
