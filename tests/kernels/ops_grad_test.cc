@@ -1,6 +1,7 @@
 // Finite-difference checks of every layer's backward (FP32), and properties of RoPE.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <vector>
@@ -76,6 +77,57 @@ TEST(OpsGrad, SwiGluGivesTheSameBitsOnEveryIsa) {
       ASSERT_EQ(std::bit_cast<uint32_t>(du[k]), std::bit_cast<uint32_t>(du0[k])) << isa_name(isa) << " du[" << i << "]";
     }
   }
+}
+
+// The backward skips the zero upper triangle in blocks of 64 rows; at T = 150 (three blocks,
+// the last partial) it must still equal the full products, computed here in double from the same
+// probabilities.
+TEST(OpsGrad, AttentionBackwardOverSeveralCausalBlocksMatchesTheFullProducts) {
+  const AttentionShape s{2, 150, 4, 2, 16};
+  const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
+  const int64_t nq = s.B * s.T * ldq, nkv = s.B * s.T * ldkv;
+  auto q = randn(nq, 1), k = randn(nkv, 2), v = randn(nkv, 3), dout = randn(nq, 4);
+  std::vector<float> o(nq), probs(static_cast<size_t>(s.B * s.Hq * s.T * s.T)), dq(nq), dk(nkv), dv(nkv);
+  attention_forward(o.data(), probs.data(), q.data(), k.data(), v.data(), s);
+  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), s);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
+  std::vector<double> rq(nq, 0.0), rk(nkv, 0.0), rv(nkv, 0.0), ds(static_cast<size_t>(s.T * s.T));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.Hq; ++h) {
+      const int64_t g = h / group;
+      const float* p = probs.data() + (b * s.Hq + h) * s.T * s.T;
+      auto qa = [&](int64_t t, int64_t d) { return static_cast<size_t>((b * s.T + t) * ldq + h * s.D + d); };
+      auto ka = [&](int64_t t, int64_t d) { return static_cast<size_t>((b * s.T + t) * ldkv + g * s.D + d); };
+      for (int64_t t = 0; t < s.T; ++t) {
+        double dot = 0.0;
+        for (int64_t j = 0; j <= t; ++j) {
+          double dp = 0.0;
+          for (int64_t d = 0; d < s.D; ++d) dp += static_cast<double>(dout[qa(t, d)]) * v[ka(j, d)];
+          ds[static_cast<size_t>(t * s.T + j)] = dp;
+          dot += p[t * s.T + j] * dp;
+        }
+        for (int64_t j = 0; j <= t; ++j) {
+          double& x = ds[static_cast<size_t>(t * s.T + j)];
+          x = p[t * s.T + j] * (x - dot) * scale;
+          for (int64_t d = 0; d < s.D; ++d) {
+            rv[ka(j, d)] += p[t * s.T + j] * static_cast<double>(dout[qa(t, d)]);
+            rq[qa(t, d)] += x * k[ka(j, d)];
+            rk[ka(j, d)] += x * q[qa(t, d)];
+          }
+        }
+      }
+    }
+  auto expect_close = [](const char* what, const std::vector<float>& got, const std::vector<double>& want) {
+    double worst = 0.0, norm = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::fabs(got[i] - want[i]));
+      norm = std::max(norm, std::fabs(want[i]));
+    }
+    EXPECT_LE(worst, 1e-4 * norm) << what << ": worst |difference| " << worst << " for max |value| " << norm;
+  };
+  expect_close("dq", dq, rq);
+  expect_close("dk", dk, rk);
+  expect_close("dv", dv, rv);
 }
 
 TEST(OpsGrad, RopeBackwardIsTheAdjointAndRotationsKeepNorms) {
