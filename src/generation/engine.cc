@@ -146,19 +146,19 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
       targets.push_back({&c.lin->packed, c.y, c.lin->N});
     }
     if (targets.empty()) continue;
-    // Rows in groups of at most 16 (one GEMV call each); the targets' outputs move along.
-    auto gemv_rows = [&](int64_t r0, int64_t m, const auto& call) {
+    // Rows go in groups of at most 16, one GEMV call each; the targets' outputs from row r0 on:
+    auto from_row = [&](int64_t r0) {
       std::vector<GemvTarget> at = targets;
       for (GemvTarget& t : at) t.y += r0 * t.ldy;
-      call(at.data(), static_cast<int>(at.size()), m);
+      return at;
     };
     if (p == Precision::kBF16) {
       std::vector<bf16_t> xh(static_cast<size_t>(R * K));
       bf16_encode_f32(x, xh.data(), R * K);
-      for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows)
-        gemv_rows(r0, std::min(kGemvMaxRows, R - r0), [&](const GemvTarget* t, int n, int64_t m) {
-          gemv_bf16(t, n, m, xh.data() + r0 * K, K, gemv);
-        });
+      for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows) {
+        const std::vector<GemvTarget> at = from_row(r0);
+        gemv_bf16(at.data(), static_cast<int>(at.size()), std::min(kGemvMaxRows, R - r0), xh.data() + r0 * K, K, gemv);
+      }
     } else {
       // W8A8: activations quantized 1x128 per row, exactly as the trainer's FP8 forward does.
       QuantizedTensor xq;
@@ -166,7 +166,8 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
         const int64_t m = std::min(kGemvMaxRows, R - r0);
         if (xq.rows() != m) xq = QuantizedTensor(ScalingMode::kRows1x128, m, K, policy_.activation_scale_format, false);
         quantize_into(TensorView::contiguous(const_cast<float*>(x + r0 * K), DType::kF32, Shape{m, K}), xq);
-        gemv_rows(r0, m, [&](const GemvTarget* t, int n, int64_t) { gemv_fp8(t, n, xq.rowwise, gemv); });
+        const std::vector<GemvTarget> at = from_row(r0);
+        gemv_fp8(at.data(), static_cast<int>(at.size()), xq.rowwise, gemv);
       }
     }
   }
