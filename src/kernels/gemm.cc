@@ -45,6 +45,7 @@ void run(OperandType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t 
   p.c = C;
   p.ldc = ldc;
   p.accumulate = accumulate;
+  p.round_output_bf16 = options.round_output_bf16;
   gemm_detail::gemm_blocked(p, backend_for(type, options), options.threads);
 }
 
@@ -92,6 +93,7 @@ void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, i
   p.c = C;
   p.ldc = ldc;
   p.accumulate = accumulate;
+  p.round_output_bf16 = options.round_output_bf16;
   gemm_detail::gemm_blocked(p, backend_for(OperandType::kFP8, options), options.threads);
 }
 

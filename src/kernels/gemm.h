@@ -31,6 +31,10 @@ struct GemmOptions {
   // (kernels/gemv.h) for the same inputs and ISA. Every current path already is; the option
   // exists so that a faster non-invariant path (AMX tiles) can never be picked silently.
   bool batch_invariant = false;
+  // C is rounded to BF16 values (bf16_round_f32's bits) tile by tile, as each register tile of C
+  // is finished and still in cache, instead of in a pass over C afterwards. With `accumulate`,
+  // the sum C + A B^T is rounded.
+  bool round_output_bf16 = false;
 };
 
 void gemm_nt_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,

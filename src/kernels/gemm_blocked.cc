@@ -6,7 +6,10 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
+#include "numerics/bf16.h"
+#include "numerics/codec.h"
 
 namespace fp8rl::gemm_detail {
 namespace {
@@ -31,6 +34,20 @@ PackBuffers& thread_pack_buffers() {
   return buffers;
 }
 
+// Rounds rows x cols of c (row stride ld) to BF16 values, with bf16_round_f32's bits (called per
+// register tile, so without the codec's dispatch through the pool).
+void round_rows(float* c, int64_t ld, int64_t rows, int64_t cols) {
+  static const bool avx512 = uses_avx512(resolve_isa(Isa::kAuto));
+  for (int64_t y = 0; y < rows; ++y) {
+    float* row = c + y * ld;
+    if (avx512) {
+      detail::bf16_round_f32_avx512(row, cols);
+    } else {
+      for (int64_t x = 0; x < cols; ++x) row[x] = bf16_to_f32(f32_to_bf16(row[x]));
+    }
+  }
+}
+
 // The rectangle of C one task computes.
 struct TaskRange {
   int64_t m0, m1, n0, n1;
@@ -38,7 +55,8 @@ struct TaskRange {
 
 // Runs the blocked loop nest on C[m0:m1, n0:n1] into `dst` (row stride ldd): C itself, or a
 // scratch product that the caller adds to C.
-void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, float* dst, int64_t ldd) {
+// `round`: each tile of dst is rounded to BF16 values right after its last K block.
+void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, float* dst, int64_t ldd, bool round) {
   PackBuffers& buf = thread_pack_buffers();
   const int64_t kg = be.k_group;
   const int64_t groups_max = ceil_div(be.kc_block, kg);
@@ -56,7 +74,7 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
 
   for (int64_t pc = 0; pc < p.K; pc += be.kc_block) {
     const int64_t kc = std::min(be.kc_block, p.K - pc);
-    const bool load_c = pc > 0;
+    const bool load_c = pc > 0, last = pc + kc == p.K;
     for (int64_t jc = r.n0; jc < r.n1; jc += be.nc_block) {
       const int64_t nc = std::min(be.nc_block, r.n1 - jc);
       const int64_t b_panels = ceil_div(nc, be.nr);
@@ -86,6 +104,7 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
             float* c = dst + (m - r.m0) * ldd + (n - r.n0);
             if (rows == be.mr && cols == be.nr) {
               be.kernel(kc, a_panel, b_panel, sa, sb, c, ldd, load_c);
+              if (round && last) round_rows(c, ldd, rows, cols);
               continue;
             }
             // Edge tile: the kernel works on a full tile in a buffer; only the valid part of C
@@ -96,6 +115,7 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
             be.kernel(kc, a_panel, b_panel, sa, sb, edge_tile, be.nr, load_c);
             for (int64_t y = 0; y < rows; ++y)
               std::copy(edge_tile + y * be.nr, edge_tile + y * be.nr + cols, c + y * ldd);
+            if (round && last) round_rows(c, ldd, rows, cols);
           }
         }
       }
@@ -148,10 +168,12 @@ void gemm_blocked(const GemmProblem& p, const GemmBackend& be, int threads) {
       static_cast<int64_t>(tasks.size()),
       [&](int64_t t) {
         const TaskRange& r = tasks[static_cast<size_t>(t)];
-        run_task(p, be, r, dst + r.m0 * ldd + r.n0, ldd);
-        if (p.accumulate)
+        run_task(p, be, r, dst + r.m0 * ldd + r.n0, ldd, p.round_output_bf16 && !p.accumulate);
+        if (p.accumulate) {
           for (int64_t m = r.m0; m < r.m1; ++m)
             for (int64_t n = r.n0; n < r.n1; ++n) p.c[m * p.ldc + n] += dst[m * ldd + n];
+          if (p.round_output_bf16) round_rows(p.c + r.m0 * p.ldc + r.n0, p.ldc, r.m1 - r.m0, r.n1 - r.n0);
+        }
       },
       parts);
 }

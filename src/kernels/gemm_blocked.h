@@ -66,6 +66,7 @@ struct GemmProblem {
   float* c = nullptr;
   int64_t ldc = 0;
   bool accumulate = false;
+  bool round_output_bf16 = false;  // GemmOptions::round_output_bf16
 };
 
 // Runs the problem on up to `threads` threads of kernel_thread_pool() (0: hardware_threads()).

@@ -53,26 +53,27 @@ void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bo
   FP8RL_CHECK(w_master_ != nullptr, "linear '{}': refresh_weights was never called", name_);
   cache.shared = same_x;
   const LinearCache& in = cache.input();
+  GemmOptions gemm;
+  gemm.round_output_bf16 = round_output_bf16_;  // y rounded tile by tile in the GEMM
   switch (precision_) {
     case Precision::kF32:
       cache.x = x;
-      gemm_nt_f32(M, N_, K_, x, K_, w_master_, K_, y, N_);
+      gemm_nt_f32(M, N_, K_, x, K_, w_master_, K_, y, N_, false, gemm);
       break;
     case Precision::kBF16:
       if (same_x == nullptr) to_bf16(x, M * K_, cache.x_bf16);
       FP8RL_CHECK(in.x_bf16.size() == static_cast<size_t>(M * K_), "linear '{}': shared input is not [{}, {}] BF16",
                   name_, M, K_);
-      gemm_nt_bf16(M, N_, K_, in.x_bf16.data(), K_, w_bf16_.data(), K_, y, N_);
+      gemm_nt_bf16(M, N_, K_, in.x_bf16.data(), K_, w_bf16_.data(), K_, y, N_, false, gemm);
       break;
     case Precision::kFP8:
       if (same_x == nullptr) quantize_activation(x, M, K_, activation_format_, save_for_backward, cache.x_fp8);
       FP8RL_CHECK(in.x_fp8.rows() == M && in.x_fp8.cols() == K_ &&
                       in.x_fp8.columnwise.has_value() == save_for_backward,
                   "linear '{}': shared input is not [{}, {}] FP8 as this forward needs it", name_, M, K_);
-      gemm_nt_fp8(in.x_fp8.rowwise, w_fp8_.rowwise, y, N_);
+      gemm_nt_fp8(in.x_fp8.rowwise, w_fp8_.rowwise, y, N_, false, gemm);
       break;
   }
-  if (round_output_bf16_) bf16_round_f32(y, M * N_);
 }
 
 void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M,

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "kernels/reference/gemm_reference.h"
+#include "numerics/bf16.h"
 #include "numerics/e4m3.h"
 #include "numerics/quantize.h"
 #include "tests/kernels/product_check.h"
@@ -191,6 +192,31 @@ TEST(Gemm, ResultsAreIdenticalForOneAndTwoThreads) {
     EXPECT_EQ(0, std::memcmp(e[0].data(), e[1].data(), e[0].size() * 4)) << isa_name(isa) << " fp8";
     EXPECT_EQ(0, std::memcmp(g[0].data(), g[1].data(), g[0].size() * 4)) << isa_name(isa) << " bf16 tn";
   }
+}
+
+TEST(Gemm, RoundedOutputEqualsRoundingAfterwards) {
+  // Edges in both directions and two K blocks (kc 512), with and without accumulate.
+  const Shape3 s{70, 200, 600};
+  const std::vector<float> a = random_values(s.M * s.K, 9), b = random_values(s.N * s.K, 10);
+  const std::vector<bf16_t> ah = to_bf16(a), bh = to_bf16(b);
+  const QuantizedMatrix A = quantized(s.M, s.K, ScalingMode::kRows1x128, ScaleFormat::kFp32, 11);
+  const QuantizedMatrix B = quantized(s.N, s.K, ScalingMode::kBlocks128x128, ScaleFormat::kFp32, 12);
+  const std::vector<float> start = random_values(s.M * s.N, 13);
+  for (Isa isa : testing::available_isas())
+    for (int form = 0; form < 3; ++form)
+      for (bool accumulate : {false, true}) {
+        std::vector<float> plain = start, rounded = start;
+        GemmOptions options{isa, 2, false};
+        for (std::vector<float>* c : {&plain, &rounded}) {
+          options.round_output_bf16 = c == &rounded;
+          if (form == 0) gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, c->data(), s.N, accumulate, options);
+          if (form == 1) gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, c->data(), s.N, accumulate, options);
+          if (form == 2) gemm_nt_fp8(A, B, c->data(), s.N, accumulate, options);
+        }
+        for (float& x : plain) x = bf16_to_f32(f32_to_bf16(x));
+        EXPECT_EQ(0, std::memcmp(plain.data(), rounded.data(), plain.size() * 4))
+            << isa_name(isa) << " form " << form << (accumulate ? " accumulate" : "");
+      }
 }
 
 // One row of a kRows1x128 matrix as a matrix of its own (its codes and scales are independent of
