@@ -139,8 +139,9 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
       FP8RL_CHECK(c.lin->K == K, "linears_forward: linears of K {} and {} cannot share x", K, c.lin->K);
       if (c.lin->precision != p) continue;
       if (p == Precision::kF32) {
-        gemm_nt_f32(R, c.lin->N, K, x, K, c.lin->f32.data(), K, c.y, c.lin->N);
-        if (round) round_bf16(c.y, R * c.lin->N);
+        GemmOptions gemm;
+        gemm.round_output_bf16 = round;
+        gemm_nt_f32(R, c.lin->N, K, x, K, c.lin->f32.data(), K, c.y, c.lin->N, false, gemm);
         continue;
       }
       targets.push_back({&c.lin->packed, c.y, c.lin->N});

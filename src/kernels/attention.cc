@@ -1,7 +1,7 @@
 #include "kernels/attention.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 

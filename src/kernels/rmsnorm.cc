@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
+#include "kernels/lane_sums.h"
 #include "numerics/codec.h"
 
 namespace fp8rl {
@@ -10,23 +11,6 @@ namespace fp8rl {
 namespace {
 constexpr int64_t kRowsPerTask = 32;
 constexpr int64_t kColsPerTask = 64;
-
-// sum_i a[i] b[i] (times c[i] when given) in double, in 8 lanes (element i goes to lane i % 8)
-// added in a fixed tree: independent chains the compiler can vectorise, the same bits everywhere.
-template <bool kWithC>
-double sum_products(const float* a, const float* b, const float* c, int64_t n) {
-  auto term = [&](int64_t i) {
-    const double ab = static_cast<double>(a[i]) * b[i];
-    if constexpr (kWithC) return ab * c[i];
-    return ab;
-  };
-  double lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) lanes[l] += term(i + l);
-  for (; i < n; ++i) lanes[i % 8] += term(i);
-  return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-}
 }  // namespace
 
 // Rows are independent: blocks of rows run on the kernel pool (same bits for any thread count).
@@ -37,7 +21,7 @@ void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int6
       const float* xr = x + r * dim;
       float* yr = y + r * dim;
       // double: the mean of squares is the one reduction whose error we can avoid cheaply
-      const double sum_sq = sum_products<false>(xr, xr, nullptr, dim);
+      const double sum_sq = sum_products_f64(xr, xr, nullptr, dim);
       const float s = static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(dim) + eps));
       rstd[r] = s;
       for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * s) * w[i];
@@ -58,7 +42,7 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
       const float s = rstd[r];
       // y_i = x_i s w_i with s = (mean x^2 + eps)^-1/2, so ds/dx_j = -s^3 x_j / dim and
       // dx_j = s w_j dy_j - x_j s^3 / dim * sum_i(dy_i w_i x_i).
-      const double dot = sum_products<true>(dyr, w, xr, dim);
+      const double dot = sum_products_f64<true>(dyr, w, xr, dim);
       const float c = static_cast<float>(dot * s * s * s / static_cast<double>(dim));
       for (int64_t i = 0; i < dim; ++i) {
         const float g = s * w[i] * dyr[i] - xr[i] * c;

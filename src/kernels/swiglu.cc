@@ -10,7 +10,8 @@
 #include "numerics/simd_target.h"
 
 FP8RL_AVX512_BEGIN
-#include "numerics/avx512_exp_inl.h"  // inside the region by design (see that header)
+#include "numerics/avx512_codec_inl.h"  // inside the region by design (see those headers)
+#include "numerics/avx512_exp_inl.h"
 FP8RL_AVX512_END
 
 namespace fp8rl {
@@ -37,9 +38,8 @@ void backward_scalar(float* dg, float* du, const float* ds, const float* g, cons
 
 FP8RL_AVX512_BEGIN
 
-inline __mmask16 tail_mask(int64_t left) {
-  return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
+// The first min(left, 16) lanes.
+inline __mmask16 tail_mask(int64_t left) { return static_cast<__mmask16>(avx512::first_bytes_mask(left)); }
 
 void forward_avx512(float* s, const float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "kernels/lane_sums.h"
 
 namespace fp8rl {
 
@@ -32,15 +33,7 @@ int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 double global_grad_norm(const float* grads, int64_t n) {
   std::vector<double> partial(static_cast<size_t>(chunks_of(n)), 0.0);
   parallel_for_ranges(n, kChunk, [&](int64_t begin, int64_t end) {
-    // 8 lanes (element i to lane i % 8, chunks start at multiples of 8) in a fixed tree:
-    // independent chains the compiler can vectorise.
-    double lanes[8] = {};
-    int64_t i = begin;
-    for (; i + 8 <= end; i += 8)
-      for (int l = 0; l < 8; ++l) lanes[l] += static_cast<double>(grads[i + l]) * grads[i + l];
-    for (; i < end; ++i) lanes[i % 8] += static_cast<double>(grads[i]) * grads[i];
-    partial[static_cast<size_t>(begin / kChunk)] =
-        ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    partial[static_cast<size_t>(begin / kChunk)] = sum_products_f64(grads + begin, grads + begin, nullptr, end - begin);
   });
   double sum = 0.0;
   for (double p : partial) sum += p;

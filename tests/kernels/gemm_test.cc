@@ -167,12 +167,27 @@ TEST(Gemm, BlockwiseFp8MatchesTheTwin) {
           }
 }
 
+// The operands of C [M, N] = A B^T in every type, from seeds seed .. seed + 3: FP32 a [M, K] and
+// b [N, K], their BF16 roundings, and FP8 A (1x128) and B (128x128) of their own.
+struct TypedOperands {
+  std::vector<float> a, b;
+  std::vector<bf16_t> ah, bh;
+  QuantizedMatrix A, B;
+};
+TypedOperands typed_operands(const Shape3& s, uint64_t seed) {
+  TypedOperands o;
+  o.a = random_values(s.M * s.K, seed);
+  o.b = random_values(s.N * s.K, seed + 1);
+  o.ah = to_bf16(o.a);
+  o.bh = to_bf16(o.b);
+  o.A = quantized(s.M, s.K, ScalingMode::kRows1x128, ScaleFormat::kFp32, seed + 2);
+  o.B = quantized(s.N, s.K, ScalingMode::kBlocks128x128, ScaleFormat::kFp32, seed + 3);
+  return o;
+}
+
 TEST(Gemm, ResultsAreIdenticalForOneAndTwoThreads) {
   const Shape3 s{70, 200, 300};
-  const std::vector<float> a = random_values(s.M * s.K, 5), b = random_values(s.N * s.K, 6);
-  const std::vector<bf16_t> ah = to_bf16(a), bh = to_bf16(b);
-  const QuantizedMatrix A = quantized(s.M, s.K, ScalingMode::kRows1x128, ScaleFormat::kFp32, 7);
-  const QuantizedMatrix B = quantized(s.N, s.K, ScalingMode::kBlocks128x128, ScaleFormat::kFp32, 8);
+  const auto [a, b, ah, bh, A, B] = typed_operands(s, 5);
   const Shape3 tall{300, 70, 200};  // M > N: the split runs along M
   for (Isa isa : testing::available_isas()) {
     std::vector<float> c[2], d[2], e[2], g[2];
@@ -197,10 +212,7 @@ TEST(Gemm, ResultsAreIdenticalForOneAndTwoThreads) {
 TEST(Gemm, RoundedOutputEqualsRoundingAfterwards) {
   // Edges in both directions and two K blocks (kc 512), with and without accumulate.
   const Shape3 s{70, 200, 600};
-  const std::vector<float> a = random_values(s.M * s.K, 9), b = random_values(s.N * s.K, 10);
-  const std::vector<bf16_t> ah = to_bf16(a), bh = to_bf16(b);
-  const QuantizedMatrix A = quantized(s.M, s.K, ScalingMode::kRows1x128, ScaleFormat::kFp32, 11);
-  const QuantizedMatrix B = quantized(s.N, s.K, ScalingMode::kBlocks128x128, ScaleFormat::kFp32, 12);
+  const auto [a, b, ah, bh, A, B] = typed_operands(s, 9);
   const std::vector<float> start = random_values(s.M * s.N, 13);
   for (Isa isa : testing::available_isas())
     for (int form = 0; form < 3; ++form)
