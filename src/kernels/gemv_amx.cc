@@ -59,7 +59,7 @@ void store_rows(const float* tile, int64_t M, const GemvDst& dst, int64_t s, int
   const auto mask = static_cast<__mmask16>((1u << left) - 1);
   for (int64_t m = 0; m < M; ++m) {
     __m512 v = _mm512_load_ps(tile + m * 16);
-    if (dst.round_bf16) v = avx512::bf16_decode16(avx512::bf16_encode16(v));
+    if (dst.round_bf16) v = avx512::bf16_round16(v);
     _mm512_mask_storeu_ps(dst.y + m * dst.ldy + n0, mask, v);
   }
 }

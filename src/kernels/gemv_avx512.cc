@@ -38,7 +38,7 @@ inline __m512bh broadcast_pair(const uint32_t* pairs, int64_t index) {
 // Writes the 16 columns of strip `s` of row m (only those below N).
 inline void store_strip(const GemvDst& dst, int m, int64_t n0, int64_t N, __m512 v) {
   const int64_t left = std::min<int64_t>(16, N - n0);
-  if (dst.round_bf16) v = avx512::bf16_decode16(avx512::bf16_encode16(v));
+  if (dst.round_bf16) v = avx512::bf16_round16(v);
   _mm512_mask_storeu_ps(dst.y + m * dst.ldy + n0, static_cast<__mmask16>((1u << left) - 1), v);
 }
 

@@ -73,6 +73,20 @@ inline __m512 bf16_decode16(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// bf16_decode16(bf16_encode16(x)) without leaving the 32-bit lanes: the same rounding add
+// (ties to even), then the low half cleared; NaNs keep their high half, made quiet.
+inline __m512 bf16_round16(__m512 x) {
+  const __m512i bits = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m512i rounded =
+      _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), high);
+  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                   _mm512_set1_epi32(0x7F800000));
+  const __m512i quiet_nan = _mm512_ternarylogic_epi32(bits, high, _mm512_set1_epi32(0x00400000), 0xEA);  // (a & b) | c
+  return _mm512_castsi512_ps(_mm512_mask_mov_epi32(rounded, is_nan, quiet_nan));
+}
+
 // Absolute-value bit patterns of 16 FP32 values; their unsigned maximum is the block amax, with
 // any NaN (pattern above 0x7F800000) winning over every number, so a NaN block reads as
 // non-finite.

@@ -91,7 +91,7 @@ void bf16_round_f32_avx512(float* x, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = static_cast<__mmask16>(first_bytes_mask(n - i));
     const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
-    _mm512_mask_storeu_ps(x + i, m, avx512::bf16_decode16(avx512::bf16_encode16(v)));
+    _mm512_mask_storeu_ps(x + i, m, avx512::bf16_round16(v));
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "kernels/gemm_blocked.h"
 #include "kernels/reference/gemm_reference.h"
 #include "numerics/bf16.h"
 #include "numerics/e4m3.h"
@@ -229,6 +230,36 @@ TEST(Gemm, RoundedOutputEqualsRoundingAfterwards) {
         EXPECT_EQ(0, std::memcmp(plain.data(), rounded.data(), plain.size() * 4))
             << isa_name(isa) << " form " << form << (accumulate ? " accumulate" : "");
       }
+}
+
+// Small FP32 products take the unpacked path (gemm_direct_avx512.cc); it must give the blocked
+// AVX-512 path's bits in every form, with accumulate and rounding, on shapes around its 6 x 64
+// register tile.
+TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
+  if (!cpu_features().has_avx512_kernels()) GTEST_SKIP() << "no AVX-512 kernels on this CPU";
+  const Shape3 shapes[] = {{1, 1, 1}, {5, 17, 3}, {6, 64, 64}, {7, 65, 129}, {64, 200, 64}, {13, 130, 300}};
+  for (const Shape3& s : shapes)
+    for (Form f : {Form::kNT, Form::kNN, Form::kTN})
+      for (bool accumulate : {false, true})
+        for (bool round : {false, true}) {
+          const Operands o = lay_out(f, s, random_values(s.M * s.K, 21), random_values(s.N * s.K, 22));
+          gemm_detail::GemmProblem p;
+          p.M = s.M, p.N = s.N, p.K = s.K;
+          p.a = {gemm_detail::OperandType::kF32, o.a_phys.data(), o.lda, f != Form::kTN, nullptr};
+          p.b = {gemm_detail::OperandType::kF32, o.b_phys.data(), o.ldb, f == Form::kNT, nullptr};
+          p.ldc = s.N + 2;
+          p.accumulate = accumulate;
+          p.round_output_bf16 = round;
+          const std::vector<float> start = random_values(s.M * p.ldc, 23);
+          std::vector<float> direct = start, blocked = start;
+          p.c = direct.data();
+          ASSERT_TRUE(gemm_detail::gemm_direct_f32_avx512(p));
+          p.c = blocked.data();
+          gemm_detail::gemm_blocked(p, gemm_detail::gemm_backend_avx512(gemm_detail::OperandType::kF32), 1);
+          EXPECT_EQ(0, std::memcmp(direct.data(), blocked.data(), direct.size() * 4))
+              << s.M << "x" << s.N << "x" << s.K << " " << form_name(f) << (accumulate ? " accumulate" : "")
+              << (round ? " round" : "");
+        }
 }
 
 // One row of a kRows1x128 matrix as a matrix of its own (its codes and scales are independent of
