@@ -134,6 +134,9 @@ void store_accumulators(float* c, int64_t ld) {
   _tile_stored(3, c + 16 * ld + 16, ld * 4);
 }
 
+// kRound: the output is rounded to BF16 values on its way to C (the last K block of a rounded
+// product); the tiles go through an L1 block first.
+template <bool kRound>
 void kernel_bf16(int64_t kc, const void* a_panel, const void* b_panel, const float*, const float*, float* c,
                  int64_t ldc, bool load_c) {
   if (load_c) {
@@ -147,7 +150,15 @@ void kernel_bf16(int64_t kc, const void* a_panel, const void* b_panel, const flo
   const auto* a = static_cast<const uint8_t*>(a_panel);
   const auto* b = static_cast<const uint8_t*>(b_panel);
   for (int64_t ch = 0; ch < chunks_of(kc); ++ch) dot_chunk(a, b, ch);
-  store_accumulators(c, ldc);
+  if constexpr (kRound) {
+    alignas(64) float block[kMr * kNr];
+    store_accumulators(block, kNr);
+    for (int m = 0; m < kMr; ++m)
+      for (int v = 0; v < kNr / 16; ++v)
+        _mm512_storeu_ps(c + m * ldc + 16 * v, avx512::bf16_round16(_mm512_load_ps(block + m * kNr + 16 * v)));
+  } else {
+    store_accumulators(c, ldc);
+  }
 }
 
 // running = running + slice * (s_a * s_b) for the 32 x 32 block of slice `s`: the promotion, as
@@ -164,6 +175,7 @@ inline void promote(const float* slice, int64_t s, const float* sa, const float*
   }
 }
 
+template <bool kRound>  // as in kernel_bf16
 void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const float* sa, const float* sb, float* c,
                 int64_t ldc, bool load_c) {
   const auto* a = static_cast<const uint8_t*>(a_panel);
@@ -187,7 +199,10 @@ void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const floa
   }
   promote(slice[(slices - 1) % 2], slices - 1, sa, sb, running);
   for (int m = 0; m < kMr; ++m)
-    for (int v = 0; v < kNr / 16; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, _mm512_load_ps(running + m * kNr + 16 * v));
+    for (int v = 0; v < kNr / 16; ++v) {
+      const __m512 x = _mm512_load_ps(running + m * kNr + 16 * v);
+      _mm512_storeu_ps(c + m * ldc + 16 * v, kRound ? avx512::bf16_round16(x) : x);
+    }
 }
 
 GemmBackend make_backend(OperandType type) {
@@ -205,10 +220,12 @@ GemmBackend make_backend(OperandType type) {
   if (type == OperandType::kFP8) {
     be.name = "amx-fp8";
     be.blockwise = true;
-    be.kernel = kernel_fp8;
+    be.kernel = kernel_fp8<false>;
+    be.kernel_rounding = kernel_fp8<true>;
   } else {
     be.name = "amx-bf16";
-    be.kernel = kernel_bf16;
+    be.kernel = kernel_bf16<false>;
+    be.kernel_rounding = kernel_bf16<true>;
   }
   return be;
 }

@@ -75,6 +75,10 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
   for (int64_t pc = 0; pc < p.K; pc += be.kc_block) {
     const int64_t kc = std::min(be.kc_block, p.K - pc);
     const bool load_c = pc > 0, last = pc + kc == p.K;
+    // The last K block of a rounded product rounds in the kernel where the back-end can.
+    const bool round_in_kernel = round && last && be.kernel_rounding != nullptr;
+    const bool round_after = round && last && !round_in_kernel;
+    const MicroKernelFn kernel = round_in_kernel ? be.kernel_rounding : be.kernel;
     for (int64_t jc = r.n0; jc < r.n1; jc += be.nc_block) {
       const int64_t nc = std::min(be.nc_block, r.n1 - jc);
       const int64_t b_panels = ceil_div(nc, be.nr);
@@ -103,8 +107,8 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
             const float* sa = a_scales ? a_scales + i * slices_max * be.mr : nullptr;
             float* c = dst + (m - r.m0) * ldd + (n - r.n0);
             if (rows == be.mr && cols == be.nr) {
-              be.kernel(kc, a_panel, b_panel, sa, sb, c, ldd, load_c);
-              if (round && last) round_rows(c, ldd, rows, cols);
+              kernel(kc, a_panel, b_panel, sa, sb, c, ldd, load_c);
+              if (round_after) round_rows(c, ldd, rows, cols);
               continue;
             }
             // Edge tile: the kernel works on a full tile in a buffer; only the valid part of C
@@ -112,10 +116,10 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
             if (load_c)
               for (int64_t y = 0; y < rows; ++y)
                 std::copy(c + y * ldd, c + y * ldd + cols, edge_tile + y * be.nr);
-            be.kernel(kc, a_panel, b_panel, sa, sb, edge_tile, be.nr, load_c);
+            kernel(kc, a_panel, b_panel, sa, sb, edge_tile, be.nr, load_c);
             for (int64_t y = 0; y < rows; ++y)
               std::copy(edge_tile + y * be.nr, edge_tile + y * be.nr + cols, c + y * ldd);
-            if (round && last) round_rows(c, ldd, rows, cols);
+            if (round_after) round_rows(c, ldd, rows, cols);
           }
         }
       }

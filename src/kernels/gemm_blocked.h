@@ -57,6 +57,10 @@ struct GemmBackend {
   PackPanelFn pack_a = nullptr;
   PackPanelFn pack_b = nullptr;
   MicroKernelFn kernel = nullptr;
+  // Optional: the same kernel with its output rounded to BF16 values (bf16_round_f32's bits) as
+  // it is stored, for the last K block of a rounded product; without it the driver rounds the
+  // finished tile in C.
+  MicroKernelFn kernel_rounding = nullptr;
   void (*prepare)() = nullptr;  // run by each task before its first kernel (AMX: tile config)
 };
 
