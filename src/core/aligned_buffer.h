@@ -19,7 +19,7 @@ class AlignedBuffer {
 
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t size) : size_(size) {
+  explicit AlignedBuffer(size_t size) : size_(size), capacity_(size) {
     if (size == 0) return;
     // Round the byte count up to the alignment, as aligned_alloc requires.
     const size_t bytes = (size * sizeof(T) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
@@ -30,12 +30,15 @@ class AlignedBuffer {
   ~AlignedBuffer() { std::free(data_); }
 
   AlignedBuffer(AlignedBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+      : data_(std::exchange(other.data_, nullptr)),
+        size_(std::exchange(other.size_, 0)),
+        capacity_(std::exchange(other.capacity_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
     if (this != &other) {
       std::free(data_);
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
+      capacity_ = std::exchange(other.capacity_, 0);
     }
     return *this;
   }
@@ -46,6 +49,17 @@ class AlignedBuffer {
     AlignedBuffer copy(size_);
     if (size_ != 0) std::memcpy(static_cast<void*>(copy.data_), data_, size_ * sizeof(T));
     return copy;
+  }
+
+  // Makes the buffer hold `size` elements. Within the capacity the storage is kept and the
+  // elements are left as they are (callers overwrite what they read); beyond it, a new zeroed
+  // buffer replaces the old one.
+  void resize(size_t size) {
+    if (size <= capacity_) {
+      size_ = size;
+      return;
+    }
+    *this = AlignedBuffer(size);
   }
 
   T* data() { return data_; }
@@ -62,6 +76,7 @@ class AlignedBuffer {
  private:
   T* data_ = nullptr;
   size_t size_ = 0;
+  size_t capacity_ = 0;
 };
 
 }  // namespace fp8rl

@@ -12,12 +12,14 @@ namespace fp8rl {
 
 namespace {
 // Quantizes x [rows, cols] 1x128 (with its column-wise copy if asked) into `q`, reusing q's
-// storage when the shape matches.
+// storage when it is large enough (batches of varying length do not reallocate).
 void quantize_activation(const float* x, int64_t rows, int64_t cols, ScaleFormat format, bool with_columnwise,
                          QuantizedTensor& q) {
   const TensorView v = TensorView::contiguous(const_cast<float*>(x), DType::kF32, Shape{rows, cols});
-  if (q.rows() != rows || q.cols() != cols || q.columnwise.has_value() != with_columnwise || q.scale_format != format)
+  if (q.rowwise.mode != ScalingMode::kRows1x128 || q.columnwise.has_value() != with_columnwise ||
+      q.scale_format != format)
     q = QuantizedTensor(ScalingMode::kRows1x128, rows, cols, format, with_columnwise);
+  q.reshape(rows, cols);
   quantize_into(v, q);
 }
 

@@ -41,6 +41,14 @@ QuantizedMatrix::QuantizedMatrix(ScalingMode mode_, int64_t rows_, int64_t cols_
   scale_inv = AlignedBuffer<float>(static_cast<size_t>(scale_shape(mode_, rows_, cols_).numel()));
 }
 
+void QuantizedMatrix::reshape(int64_t rows_, int64_t cols_) {
+  FP8RL_CHECK(rows_ >= 0 && cols_ >= 0, "negative shape [{}, {}]", rows_, cols_);
+  rows = rows_;
+  cols = cols_;
+  codes.resize(static_cast<size_t>(rows_ * cols_));
+  scale_inv.resize(static_cast<size_t>(scale_shape(mode, rows_, cols_).numel()));
+}
+
 float QuantizedMatrix::scale_at(int64_t r, int64_t c) const {
   const ScaleShape s = scales();
   switch (mode) {
@@ -72,6 +80,11 @@ QuantizedTensor::QuantizedTensor(ScalingMode mode, int64_t rows, int64_t cols, S
                                  bool with_columnwise)
     : scale_format(format), rowwise(mode, rows, cols) {
   if (with_columnwise) columnwise.emplace(columnwise_mode(mode), cols, rows);
+}
+
+void QuantizedTensor::reshape(int64_t rows, int64_t cols) {
+  rowwise.reshape(rows, cols);
+  if (columnwise) columnwise->reshape(cols, rows);
 }
 
 QuantizedTensor QuantizedTensor::clone() const {

@@ -59,6 +59,9 @@ struct QuantizedMatrix {
 
   QuantizedMatrix() = default;
   QuantizedMatrix(ScalingMode mode, int64_t rows, int64_t cols);  // zeroed storage
+  // The same mode at a new shape, keeping the storage when it is large enough (the contents are
+  // then unspecified: a quantizer overwrites all of them).
+  void reshape(int64_t rows, int64_t cols);
   ScaleShape scales() const { return scale_shape(mode, rows, cols); }
   // Dequantization scale that applies to element (r, c).
   float scale_at(int64_t r, int64_t c) const;
@@ -73,6 +76,7 @@ struct QuantizedTensor {
 
   QuantizedTensor() = default;
   QuantizedTensor(ScalingMode mode, int64_t rows, int64_t cols, ScaleFormat format, bool with_columnwise);
+  void reshape(int64_t rows, int64_t cols);  // both copies, as QuantizedMatrix::reshape
   int64_t rows() const { return rowwise.rows; }
   int64_t cols() const { return rowwise.cols; }
   ScalingMode mode() const { return rowwise.mode; }

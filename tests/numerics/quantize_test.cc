@@ -267,5 +267,27 @@ TEST(Quantize, IntoExistingStorageIsRepeatable) {
   expect_same(*q.columnwise, *first.columnwise, "requantized columnwise");
 }
 
+// A reshaped tensor (smaller, then larger than its first shape) quantizes exactly like a fresh
+// one, and shrinking keeps the storage.
+TEST(Quantize, ReshapedStorageGivesTheFreshResult) {
+  QuantizedTensor q(ScalingMode::kRows1x128, 150, 300, ScaleFormat::kFp32, true);
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{150, 300}, {37, 129}, {90, 300}, {300, 300}}) {
+    std::vector<float> x = make_source(rows, cols, 11);
+    const TensorView v = TensorView::contiguous(x.data(), DType::kF32, Shape{rows, cols});
+    const uint8_t* before = q.rowwise.codes.data();
+    q.reshape(rows, cols);
+    if (rows * cols <= 150 * 300) {
+      EXPECT_EQ(q.rowwise.codes.data(), before) << "reshape within capacity reallocated";
+    }
+    quantize_into(v, q);
+    const QuantizedTensor fresh = quantize(v, ScalingMode::kRows1x128, ScaleFormat::kFp32, true);
+    ASSERT_EQ(q.rowwise.codes.size(), fresh.rowwise.codes.size());
+    ASSERT_EQ(q.columnwise->scale_inv.size(), fresh.columnwise->scale_inv.size());
+    const std::string what = std::to_string(rows) + "x" + std::to_string(cols);
+    expect_same(q.rowwise, fresh.rowwise, what);
+    expect_same(*q.columnwise, *fresh.columnwise, what + " columnwise");
+  }
+}
+
 }  // namespace
 }  // namespace fp8rl
