@@ -116,6 +116,10 @@ class GenerationEngine {
   struct EngineLinear {
     Precision precision = Precision::kBF16;
     PackedGemvWeights packed;         // BF16 or FP8 weights in the GEMV layout
+    // The same weights row-major, for forwards of more than kGemvMaxRows rows (prefill, large
+    // decode batches), which run through the GEMM: its rows are bit-identical to the GEMV's.
+    AlignedBuffer<bf16_t> bf16_rows;  // [N, K]
+    QuantizedTensor fp8_rows;         // [N, K] codes, 128x128 scales (no column-wise copy)
     AlignedBuffer<float> f32;         // FP32 weights (FP32 LM head only)
     int64_t N = 0, K = 0;
   };
@@ -140,8 +144,10 @@ class GenerationEngine {
   };
   // y = x [R, K] W^T for each linear of `calls` (all reading the same BF16-valued x), each in its
   // precision, rounded to BF16 if asked. Linears of one precision share the conversion of x
-  // (BF16 encoding or the 1x128 quantization) and one pass of the pool.
+  // (BF16 encoding or the 1x128 quantization); up to kGemvMaxRows rows go through one GEMV call
+  // (one pass of the pool for all of them), more rows through one GEMM per linear.
   void linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round_bf16);
+  void gemm_rows(std::initializer_list<LinearCall> calls, Precision p, const float* x, int64_t R, bool round_bf16);
   // Runs the rows through the model, writing their K/V into the cache; logits [R, V] if wanted.
   void forward_rows(const std::vector<Row>& rows, float* logits);
 
