@@ -1,8 +1,8 @@
 // Small FP32 GEMMs without packing (AVX-512), on the calling thread.
 //
-// The attention backward multiplies blocks of at most 64 x 256 x 64 once per (sequence, head),
-// and GRPO's short sequences make them far smaller; at those sizes packing panels and walking
-// the blocked driver's loops cost more than the products. Here B is read in place, with N
+// The attention backward multiplies small blocks once per (sequence, head); with GRPO's short
+// sequences (tens of tokens) they are tiny, and packing panels and walking the blocked driver's
+// loops cost more than the products. Here B is read in place, with N
 // contiguous (B [K, N], the nn and tn forms) or transposed once into a small buffer (the nt
 // form), and A's elements are broadcast from wherever its layout puts them.
 //
@@ -23,10 +23,11 @@ namespace {
 
 constexpr int kRows = 6;     // rows of C per register tile
 constexpr int kVectors = 4;  // 16-column vectors per register tile (64 columns)
-// B must fit in L2 (it is re-read once per kRows rows of C) and the product must be small
-// enough that one thread is the right number.
-constexpr int64_t kMaxBElements = 64 * 1024;  // 256 KiB of FP32
-constexpr int64_t kMaxMacs = 8 * 1024 * 1024;
+// B is re-read once per kRows rows of C, so it must stay in L1; beyond that (the backward's 64 x
+// 256 x 64 blocks at 256 tokens, B 64 KiB with rows 2 KiB apart) the packed path is faster. The
+// product must also be small enough that one thread is the right number.
+constexpr int64_t kMaxBElements = 8 * 1024;  // 32 KiB of FP32
+constexpr int64_t kMaxMacs = 1024 * 1024;
 
 // A(m, k) = a[m * sm + k * sk].
 struct StridedA {
