@@ -237,7 +237,8 @@ TEST(Gemm, RoundedOutputEqualsRoundingAfterwards) {
 // register tile.
 TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
   if (!cpu_features().has_avx512_kernels()) GTEST_SKIP() << "no AVX-512 kernels on this CPU";
-  const Shape3 shapes[] = {{1, 1, 1}, {5, 17, 3}, {6, 64, 64}, {7, 65, 129}, {64, 200, 64}, {13, 130, 300}};
+  // Up to the path's limits (B at most 8192 elements, at most 2^20 multiply-adds).
+  const Shape3 shapes[] = {{1, 1, 1}, {5, 17, 3}, {6, 64, 64}, {7, 65, 120}, {64, 100, 64}, {13, 130, 60}};
   for (const Shape3& s : shapes)
     for (Form f : {Form::kNT, Form::kNN, Form::kTN})
       for (bool accumulate : {false, true})
@@ -253,13 +254,22 @@ TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
           const std::vector<float> start = random_values(s.M * p.ldc, 23);
           std::vector<float> direct = start, blocked = start;
           p.c = direct.data();
-          ASSERT_TRUE(gemm_detail::gemm_direct_f32_avx512(p));
+          ASSERT_TRUE(gemm_detail::gemm_direct_f32_avx512(p)) << s.M << "x" << s.N << "x" << s.K;
           p.c = blocked.data();
           gemm_detail::gemm_blocked(p, gemm_detail::gemm_backend_avx512(gemm_detail::OperandType::kF32), 1);
           EXPECT_EQ(0, std::memcmp(direct.data(), blocked.data(), direct.size() * 4))
               << s.M << "x" << s.N << "x" << s.K << " " << form_name(f) << (accumulate ? " accumulate" : "")
               << (round ? " round" : "");
         }
+  // Larger products are declined (and left to the blocked path).
+  std::vector<float> a(128 * 128), b(128 * 128), c(8 * 128);
+  gemm_detail::GemmProblem big;
+  big.M = 8, big.N = 128, big.K = 128;
+  big.a = {gemm_detail::OperandType::kF32, a.data(), 128, true, nullptr};
+  big.b = {gemm_detail::OperandType::kF32, b.data(), 128, true, nullptr};
+  big.c = c.data();
+  big.ldc = 128;
+  EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx512(big));
 }
 
 // One row of a kRows1x128 matrix as a matrix of its own (its codes and scales are independent of
