@@ -161,16 +161,24 @@ void kernel_bf16(int64_t kc, const void* a_panel, const void* b_panel, const flo
   }
 }
 
-// running = running + slice * (s_a * s_b) for the 32 x 32 block of slice `s`: the promotion, as
-// in the AVX-512 kernel and the twin. `running` is a contiguous 32 x 32 block in L1 (C's rows
-// are often 4 KiB apart, and 32 of them would compete for the same L1 sets at every slice).
-inline void promote(const float* slice, int64_t s, const float* sa, const float* sb, float* running) {
+// to = from + slice * (s_a * s_b) for the 32 x 32 block of slice `s`: the promotion, as in the
+// AVX-512 kernel and the twin. `from` is the running value (nullptr: zero, as 0 + x), `to` where
+// it goes; with kRound the result is rounded to BF16 values on the way (the last slice into C).
+// Between slices the running value lives in a contiguous 32 x 32 block in L1 (C's rows are
+// often 4 KiB apart, and 32 of them would compete for the same L1 sets at every slice), so C is
+// read once (a continued K block) and written once.
+template <bool kRound>
+inline void promote(const float* slice, int64_t s, const float* sa, const float* sb, const float* from,
+                    int64_t ld_from, float* to, int64_t ld_to) {
+  const __m512 scale_b[2] = {_mm512_loadu_ps(sb + s * kNr), _mm512_loadu_ps(sb + s * kNr + 16)};
   for (int m = 0; m < kMr; ++m) {
     const __m512 scale_a = _mm512_set1_ps(sa[s * kMr + m]);
     for (int v = 0; v < kNr / 16; ++v) {
-      const __m512 scale = _mm512_mul_ps(scale_a, _mm512_loadu_ps(sb + s * kNr + 16 * v));
-      float* r = running + m * kNr + 16 * v;
-      _mm512_store_ps(r, _mm512_add_ps(_mm512_load_ps(r), _mm512_mul_ps(_mm512_load_ps(slice + m * kNr + 16 * v), scale)));
+      const __m512 prev = from != nullptr ? _mm512_loadu_ps(from + m * ld_from + 16 * v) : _mm512_setzero_ps();
+      __m512 x = _mm512_add_ps(prev, _mm512_mul_ps(_mm512_load_ps(slice + m * kNr + 16 * v),
+                                                   _mm512_mul_ps(scale_a, scale_b[v])));
+      if constexpr (kRound) x = avx512::bf16_round16(x);
+      _mm512_storeu_ps(to + m * ld_to + 16 * v, x);
     }
   }
 }
@@ -182,27 +190,24 @@ void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const floa
   const auto* b = static_cast<const uint8_t*>(b_panel);
   constexpr int64_t kSliceChunks = kQuantBlock / (2 * kChunkPairs);
   const int64_t chunks = chunks_of(kc), slices = (chunks + kSliceChunks - 1) / kSliceChunks;
-  // The running sums start from C (or zero: 0 + x is what the first promotion adds either way)
-  // and go back to C once, after the last slice.
   alignas(64) float running[kMr * kNr];
-  for (int m = 0; m < kMr; ++m)
-    for (int v = 0; v < kNr / 16; ++v)
-      _mm512_store_ps(running + m * kNr + 16 * v, load_c ? _mm512_loadu_ps(c + m * ldc + 16 * v) : _mm512_setzero_ps());
+  // Promotes slice s from its buffer: the first starts from C (or zero), the last ends in C.
+  auto promote_slice = [&](const float* slice, int64_t s) {
+    const float* from = s > 0 ? running : load_c ? c : nullptr;
+    const int64_t ld_from = s > 0 ? kNr : ldc;
+    if (s + 1 < slices) return promote<false>(slice, s, sa, sb, from, ld_from, running, kNr);
+    promote<kRound>(slice, s, sa, sb, from, ld_from, c, ldc);
+  };
   // Software-pipelined: the tile products of slice s are issued before the promotion of slice
   // s - 1 (from the other buffer), so the AVX-512 promotion runs while the tile unit works.
   alignas(64) float slice[2][kMr * kNr];
   for (int64_t s = 0; s < slices; ++s) {
     zero_accumulators();
     for (int64_t ch = s * kSliceChunks; ch < std::min(chunks, (s + 1) * kSliceChunks); ++ch) dot_chunk(a, b, ch);
-    if (s > 0) promote(slice[(s - 1) % 2], s - 1, sa, sb, running);
+    if (s > 0) promote_slice(slice[(s - 1) % 2], s - 1);
     store_accumulators(slice[s % 2], kNr);
   }
-  promote(slice[(slices - 1) % 2], slices - 1, sa, sb, running);
-  for (int m = 0; m < kMr; ++m)
-    for (int v = 0; v < kNr / 16; ++v) {
-      const __m512 x = _mm512_load_ps(running + m * kNr + 16 * v);
-      _mm512_storeu_ps(c + m * ldc + 16 * v, kRound ? avx512::bf16_round16(x) : x);
-    }
+  promote_slice(slice[(slices - 1) % 2], slices - 1);
 }
 
 GemmBackend make_backend(OperandType type) {
