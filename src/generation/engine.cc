@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "core/check.h"
-#include "core/timer.h"
 #include "core/thread_pool.h"
+#include "core/timer.h"
 #include "kernels/attention_row.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"

@@ -168,15 +168,15 @@ void kernel_bf16(int64_t kc, const void* a_panel, const void* b_panel, const flo
 // often 4 KiB apart, and 32 of them would compete for the same L1 sets at every slice), so C is
 // read once (a continued K block) and written once.
 template <bool kRound>
-inline void promote(const float* slice, int64_t s, const float* sa, const float* sb, const float* from,
-                    int64_t ld_from, float* to, int64_t ld_to) {
+inline void promote(const float* slice, int64_t s, const float* sa, const float* sb, const float* from, int64_t ld_from,
+                    float* to, int64_t ld_to) {
   const __m512 scale_b[2] = {_mm512_loadu_ps(sb + s * kNr), _mm512_loadu_ps(sb + s * kNr + 16)};
   for (int m = 0; m < kMr; ++m) {
     const __m512 scale_a = _mm512_set1_ps(sa[s * kMr + m]);
     for (int v = 0; v < kNr / 16; ++v) {
       const __m512 prev = from != nullptr ? _mm512_loadu_ps(from + m * ld_from + 16 * v) : _mm512_setzero_ps();
-      __m512 x = _mm512_add_ps(prev, _mm512_mul_ps(_mm512_load_ps(slice + m * kNr + 16 * v),
-                                                   _mm512_mul_ps(scale_a, scale_b[v])));
+      __m512 x = _mm512_add_ps(
+          prev, _mm512_mul_ps(_mm512_load_ps(slice + m * kNr + 16 * v), _mm512_mul_ps(scale_a, scale_b[v])));
       if constexpr (kRound) x = avx512::bf16_round16(x);
       _mm512_storeu_ps(to + m * ld_to + 16 * v, x);
     }

@@ -83,7 +83,6 @@ const GemmBackend& gemm_backend_avx512(OperandType type);
 // AMX (resolve_isa() said kAmx): BF16 and FP8 only; FP32 stays on the AVX-512 back-end.
 const GemmBackend& gemm_backend_amx(OperandType type);
 
-
 // FP32 problems small enough to run unpacked on the calling thread (gemm_direct_avx512.cc), with
 // the AVX-512 back-end's bits; returns false, doing nothing, for any other problem. Needs M, N,
 // K > 0 and resolve_isa() at least kAvx512.

@@ -67,8 +67,8 @@ void tile(int64_t K, StridedA A, const float* b, int64_t ldb, int64_t cols, floa
 }
 
 template <int R>
-void tile_rows(int64_t K, StridedA A, const float* b, int64_t ldb, int64_t cols, float* c, int64_t ldc,
-               bool accumulate, bool round) {
+void tile_rows(int64_t K, StridedA A, const float* b, int64_t ldb, int64_t cols, float* c, int64_t ldc, bool accumulate,
+               bool round) {
   switch ((cols + 15) / 16) {
     case 1: return tile<R, 1>(K, A, b, ldb, cols, c, ldc, accumulate, round);
     case 2: return tile<R, 2>(K, A, b, ldb, cols, c, ldc, accumulate, round);
@@ -78,7 +78,7 @@ void tile_rows(int64_t K, StridedA A, const float* b, int64_t ldb, int64_t cols,
 }
 
 using TileFn = void (*)(int64_t, StridedA, const float*, int64_t, int64_t, float*, int64_t, bool, bool);
-constexpr TileFn kTileForRows[kRows + 1] = {nullptr,       tile_rows<1>, tile_rows<2>, tile_rows<3>,
+constexpr TileFn kTileForRows[kRows + 1] = {nullptr,      tile_rows<1>, tile_rows<2>, tile_rows<3>,
                                             tile_rows<4>, tile_rows<5>, tile_rows<6>};
 
 }  // namespace

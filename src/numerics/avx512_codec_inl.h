@@ -81,8 +81,8 @@ inline __m512 bf16_round16(__m512 x) {
   const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   const __m512i rounded =
       _mm512_and_si512(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF))), high);
-  const __mmask16 is_nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)),
-                                                   _mm512_set1_epi32(0x7F800000));
+  const __mmask16 is_nan =
+      _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
   const __m512i quiet_nan = _mm512_ternarylogic_epi32(bits, high, _mm512_set1_epi32(0x00400000), 0xEA);  // (a & b) | c
   return _mm512_castsi512_ps(_mm512_mask_mov_epi32(rounded, is_nan, quiet_nan));
 }
