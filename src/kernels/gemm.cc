@@ -47,8 +47,7 @@ void run(OperandType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t 
   p.accumulate = accumulate;
   p.round_output_bf16 = options.round_output_bf16;
   // Small FP32 products run unpacked on this thread, with the same bits (gemm_direct_avx512.cc).
-  if (uses_avx512(resolve_isa(options.isa)) && M > 0 && N > 0 && K > 0 && gemm_detail::gemm_direct_f32_avx512(p))
-    return;
+  if (uses_avx512(resolve_isa(options.isa)) && gemm_detail::gemm_direct_f32_avx512(p)) return;
   gemm_detail::gemm_blocked(p, backend_for(type, options), options.threads);
 }
 

@@ -84,8 +84,8 @@ const GemmBackend& gemm_backend_avx512(OperandType type);
 const GemmBackend& gemm_backend_amx(OperandType type);
 
 // FP32 problems small enough to run unpacked on the calling thread (gemm_direct_avx512.cc), with
-// the AVX-512 back-end's bits; returns false, doing nothing, for any other problem. Needs M, N,
-// K > 0 and resolve_isa() at least kAvx512.
+// the AVX-512 back-end's bits; returns false, doing nothing, for any other problem (empty ones
+// included). Call it only where resolve_isa() said kAvx512 or kAmx.
 bool gemm_direct_f32_avx512(const GemmProblem& problem);
 
 }  // namespace fp8rl::gemm_detail

@@ -2,9 +2,9 @@
 //
 // The attention backward multiplies small blocks once per (sequence, head); with GRPO's short
 // sequences (tens of tokens) they are tiny, and packing panels and walking the blocked driver's
-// loops cost more than the products. Here B is read in place, with N
-// contiguous (B [K, N], the nn and tn forms) or transposed once into a small buffer (the nt
-// form), and A's elements are broadcast from wherever its layout puts them.
+// loops cost more than the products. Here B is read in place, with N contiguous (B [K, N], the
+// nn and tn forms) or transposed once into a small buffer (the nt form), and A's elements are
+// broadcast from wherever its layout puts them.
 //
 // Same bits as the blocked AVX-512 path (kernel_f32 in gemm_avx512.cc): each element of the
 // product is one FMA chain over k = 0, 1, ... starting from zero; with `accumulate` it is then
@@ -85,6 +85,7 @@ constexpr TileFn kTileForRows[kRows + 1] = {nullptr,      tile_rows<1>, tile_row
 
 bool gemm_direct_f32_avx512(const GemmProblem& p) {
   if (p.a.type != OperandType::kF32 || p.b.type != OperandType::kF32) return false;
+  if (p.M <= 0 || p.N <= 0 || p.K <= 0) return false;  // the driver's edge cases (K = 0 leaves C as is)
   if (p.K * p.N > kMaxBElements || p.M * p.N * p.K > kMaxMacs) return false;
   // B as [K, N] with N contiguous: in place (B^T stored K-major), or transposed here.
   const float* b = static_cast<const float*>(p.b.data);

@@ -261,7 +261,7 @@ TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
               << s.M << "x" << s.N << "x" << s.K << " " << form_name(f) << (accumulate ? " accumulate" : "")
               << (round ? " round" : "");
         }
-  // Larger products are declined (and left to the blocked path).
+  // Larger and empty products are declined (and left to the blocked path).
   std::vector<float> a(128 * 128), b(128 * 128), c(8 * 128);
   gemm_detail::GemmProblem big;
   big.M = 8, big.N = 128, big.K = 128;
@@ -269,6 +269,8 @@ TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
   big.b = {gemm_detail::OperandType::kF32, b.data(), 128, true, nullptr};
   big.c = c.data();
   big.ldc = 128;
+  EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx512(big));
+  big.N = 8, big.K = 0;  // empty: left to the driver, which leaves C as it is
   EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx512(big));
 }
 
