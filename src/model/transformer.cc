@@ -152,7 +152,12 @@ void Transformer::refresh_weights() {
   lm_head_.refresh_weights(w_.lm_head);
 }
 
-void Transformer::zero_grads() { std::memset(grads_.data(), 0, grads_.size() * sizeof(float)); }
+void Transformer::zero_grads() {
+  // 100 MB at `medium`: in chunks on the kernel pool.
+  parallel_for_ranges(static_cast<int64_t>(grads_.size()), int64_t{1} << 18, [&](int64_t i0, int64_t i1) {
+    std::memset(grads_.data() + i0, 0, static_cast<size_t>(i1 - i0) * sizeof(float));
+  });
+}
 
 std::vector<Transformer::NamedLinear> Transformer::linears() const {
   std::vector<NamedLinear> out;

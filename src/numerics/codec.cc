@@ -38,8 +38,14 @@ void e4m3_decode_bf16(const uint8_t* in, bf16_t* out, int64_t n, Isa isa) {
 }
 
 void bf16_encode_f32(const float* in, bf16_t* out, int64_t n, Isa isa) {
-  if (uses_avx512(resolve_isa(isa))) return detail::bf16_encode_f32_avx512(in, out, n);
-  for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(in[i]);
+  // Elementwise: chunks on the kernel pool, as bf16_round_f32 below (the trainer's BF16 copies of
+  // activations and gradients are megabytes).
+  constexpr int64_t kChunk = 32768;
+  const bool avx512 = uses_avx512(resolve_isa(isa));
+  parallel_for_ranges(n, kChunk, [&](int64_t begin, int64_t end) {
+    if (avx512) return detail::bf16_encode_f32_avx512(in + begin, out + begin, end - begin);
+    for (int64_t i = begin; i < end; ++i) out[i] = f32_to_bf16(in[i]);
+  });
 }
 
 void bf16_decode_f32(const bf16_t* in, float* out, int64_t n, Isa isa) {
