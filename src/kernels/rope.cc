@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
 
 namespace fp8rl {
 
@@ -42,12 +43,11 @@ RopeTable rope_table(int64_t head_dim, int64_t max_positions, double theta, cons
 }
 
 namespace {
-// Rotates every head of every row by +angle (direction 1) or -angle (direction -1).
-void rotate(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int64_t head_dim,
-            const RopeTable& table, float direction) {
+// Rows [r0, r1) of rotate().
+void rotate_rows(float* x, const int32_t* positions, int64_t r0, int64_t r1, int64_t n_heads, int64_t head_dim,
+                 const RopeTable& table, float direction) {
   const int64_t half = head_dim / 2;
-  FP8RL_CHECK_EQ(half, table.half);
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t p = positions[r];
     FP8RL_CHECK(p >= 0 && p < table.max_positions, "rope: position {} outside the table's {} positions", p,
                 table.max_positions);
@@ -63,6 +63,17 @@ void rotate(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, i
       }
     }
   }
+}
+
+// Rotates every head of every row by +angle (direction 1) or -angle (direction -1); rows in
+// chunks on the kernel pool (each row on its own, so the same bits on any thread).
+void rotate(float* x, const int32_t* positions, int64_t rows, int64_t n_heads, int64_t head_dim, const RopeTable& table,
+            float direction) {
+  const int64_t half = head_dim / 2;
+  FP8RL_CHECK_EQ(half, table.half);
+  parallel_for_ranges(rows, 64, [&](int64_t r0, int64_t r1) {
+    rotate_rows(x, positions, r0, r1, n_heads, head_dim, table, direction);
+  });
 }
 }  // namespace
 
