@@ -310,12 +310,13 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
   token_logprobs_forward(logprobs, logits_.data(), batch.targets.data(), N, config_.vocab_size);
 }
 
-std::vector<Transformer::QkvAmax> Transformer::qkv_amax(const TokenBatch& batch) {
-  const RowLayout padded = batch_layout(batch, "qkv_amax");
-  // The prefix layout: one row per distinct (parent row, token, position), parents first.
+Transformer::RowLayout Transformer::prefix_layout(const TokenBatch& batch, const RowLayout& padded,
+                                                  std::vector<int32_t>* row_of) {
+  // One row per distinct (parent row, token, position), parents first.
   RowLayout rows;
   std::map<std::tuple<int32_t, int32_t, int32_t>, int32_t> child;  // (parent row or -1, token, position) -> row
   rows.context_begin = {0};
+  if (row_of != nullptr) row_of->assign(static_cast<size_t>(batch.B * batch.T), -1);
   for (int64_t b = 0; b < batch.B; ++b) {
     int32_t parent = -1;
     for (int32_t t = 0; t < batch.lengths[static_cast<size_t>(b)]; ++t) {
@@ -326,7 +327,8 @@ std::vector<Transformer::QkvAmax> Transformer::qkv_amax(const TokenBatch& batch)
         rows.tokens.push_back(padded.tokens[src]);
         rows.positions.push_back(padded.positions[src]);
         if (parent >= 0)
-          for (int64_t i = rows.context_begin[static_cast<size_t>(parent)]; i < rows.context_begin[static_cast<size_t>(parent) + 1]; ++i) {
+          for (int64_t i = rows.context_begin[static_cast<size_t>(parent)];
+               i < rows.context_begin[static_cast<size_t>(parent) + 1]; ++i) {
             const int32_t ancestor = rows.context[static_cast<size_t>(i)];
             rows.context.push_back(ancestor);
           }
@@ -335,23 +337,60 @@ std::vector<Transformer::QkvAmax> Transformer::qkv_amax(const TokenBatch& batch)
         ++rows.N;
       }
       parent = it->second;
+      if (row_of != nullptr) (*row_of)[src] = parent;
     }
   }
-  std::vector<QkvAmax> amax(static_cast<size_t>(config_.n_layers));
-  if (rows.N == 0) return amax;  // no real token: forward() records zeros too
   rows.is_real.assign(static_cast<size_t>(rows.N), 1);
   rows.real_rows.resize(static_cast<size_t>(rows.N));
   for (int64_t n = 0; n < rows.N; ++n) rows.real_rows[static_cast<size_t>(n)] = static_cast<int32_t>(n);
-
-  // Sized for N rounded up to 256 rows, so that the next steps' slightly different N reuse them.
-  const int64_t capacity = (rows.N + 255) / 256 * 256;
+  // Buffers sized for N rounded up to 256 rows, so that the next steps' slightly different N reuse them.
+  const int64_t capacity = (std::max<int64_t>(rows.N, 1) + 255) / 256 * 256;
   ensure_layer_acts(calib_acts_, capacity, /*probs_size=*/0);
   ensure(calib_tmp_, capacity * config_.d_model);
+  return rows;
+}
+
+std::vector<Transformer::QkvAmax> Transformer::qkv_amax(const TokenBatch& batch) {
+  const RowLayout rows = prefix_layout(batch, batch_layout(batch, "qkv_amax"), nullptr);
+  std::vector<QkvAmax> amax(static_cast<size_t>(config_.n_layers));
+  if (rows.N == 0) return amax;  // no real token: forward() records zeros too
   embed(calib_acts_.x.data(), rows);
   for (int64_t l = 0; l < config_.n_layers; ++l)
     amax[static_cast<size_t>(l)] = layer_forward(l, calib_acts_, calib_acts_.x.data(), calib_tmp_.data(), rows,
                                                  /*save_for_backward=*/false, /*stop_after_qkv=*/l + 1 == config_.n_layers);
   return amax;
+}
+
+void Transformer::prefix_logprobs(const TokenBatch& batch, float* logprobs) {
+  std::vector<int32_t> row_of;
+  const RowLayout rows = prefix_layout(batch, batch_layout(batch, "prefix_logprobs"), &row_of);
+  std::fill(logprobs, logprobs + batch.B * batch.T, 0.0f);
+  if (rows.N == 0) return;
+  const int64_t N = rows.N, C = config_.d_model, V = config_.vocab_size;
+  embed(calib_acts_.x.data(), rows);
+  for (int64_t l = 0; l < config_.n_layers; ++l)
+    layer_forward(l, calib_acts_, calib_acts_.x.data(), calib_tmp_.data(), rows, /*save_for_backward=*/false,
+                  /*stop_after_qkv=*/false);
+  // The head of forward(), on the prefix rows: final norm, BF16 rounding point, LM head.
+  std::vector<float> hf(static_cast<size_t>(N * C)), rstd(static_cast<size_t>(N)), logits(static_cast<size_t>(N * V));
+  rmsnorm_forward(hf.data(), rstd.data(), calib_acts_.x.data(), w_.final_norm, N, C, config_.norm_eps);
+  if (!policy_.fp32_lm_head) round_activations(hf.data(), N * C);
+  LinearCache cache;
+  lm_head_.forward(logits.data(), hf.data(), N, cache, /*save_for_backward=*/false);
+  // Every scored position takes its log-prob from its prefix row's logits (rows shared by several
+  // sequences may be scored on different targets).
+  std::vector<int32_t> targets, at;
+  std::vector<float> scored_logits;
+  for (size_t i = 0; i < row_of.size(); ++i) {
+    if (row_of[i] < 0 || batch.targets[i] < 0) continue;
+    const float* row = logits.data() + static_cast<int64_t>(row_of[i]) * V;
+    scored_logits.insert(scored_logits.end(), row, row + V);
+    targets.push_back(batch.targets[i]);
+    at.push_back(static_cast<int32_t>(i));
+  }
+  std::vector<float> lp(targets.size());
+  token_logprobs_forward(lp.data(), scored_logits.data(), targets.data(), static_cast<int64_t>(targets.size()), V);
+  for (size_t j = 0; j < at.size(); ++j) logprobs[at[j]] = lp[j];
 }
 
 void Transformer::backward(const float* dlogprobs) {

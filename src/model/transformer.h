@@ -84,6 +84,11 @@ class Transformer {
   // no attention probabilities). Leaves the last forward's activations, last_qkv_amax() and
   // backward() as they were.
   std::vector<QkvAmax> qkv_amax(const TokenBatch& batch);
+  // The log-probs of forward(batch, logprobs, false), bit for bit, through the prefix layout of
+  // qkv_amax(): each distinct prefix is computed once (the G samples of a prompt share its rows)
+  // and padding costs nothing. For forwards that only want log-probs (the reference policy's);
+  // leaves the last forward's activations, last_qkv_amax() and backward() as they were.
+  void prefix_logprobs(const TokenBatch& batch, float* logprobs);
 
  private:
   struct LayerLinears {
@@ -128,6 +133,10 @@ class Transformer {
   };
   // Checks `batch` (every error forward() reports) and returns its batch layout.
   RowLayout batch_layout(const TokenBatch& batch, const char* caller) const;
+  // The prefix layout of `padded` (one row per distinct prefix, see qkv_amax); row_of[b * T + t]
+  // receives the prefix row of each real position (-1 for padding) when given. Sizes the
+  // calibration buffers for it.
+  RowLayout prefix_layout(const TokenBatch& batch, const RowLayout& padded, std::vector<int32_t>* row_of);
   // x [N, C] = the BF16-rounded embeddings of the real rows, zero for padding.
   void embed(float* x, const RowLayout& rows) const;
   // One decoder layer over `rows`: input a.x, output x_next [N, C] (may be a.x), returns the

@@ -55,12 +55,13 @@ TokenBatch rollout_batch(const std::vector<Rollout>& r, size_t begin, size_t end
 }
 
 // Log-probs of the response tokens of rollouts [begin, end) under `model`, appended to `out`
-// per rollout (out[i] for rollout i).
+// per rollout (out[i] for rollout i). Through the prefix layout: a prompt's rows are computed
+// once for its G samples and padding costs nothing, with the padded forward's bits.
 void response_logprobs(Transformer& model, std::vector<Rollout>& r, size_t begin, size_t end, int32_t pad,
                        std::vector<float> Rollout::*field) {
   const TokenBatch b = rollout_batch(r, begin, end, pad);
   std::vector<float> lp(static_cast<size_t>(b.B * b.T));
-  model.forward(b, lp.data(), /*for_backward=*/false);
+  model.prefix_logprobs(b, lp.data());
   for (size_t i = begin; i < end; ++i) {
     const size_t start = (i - begin) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
     (r[i].*field).assign(lp.begin() + static_cast<std::ptrdiff_t>(start),

@@ -79,6 +79,49 @@ std::vector<nlohmann::json> read_metrics(const fs::path& run, bool drop_timings)
 // prefixes once) gives the amax of the whole-batch trainer forwards it replaced, bit for bit:
 // 6 prompts x 8 rollouts whose short responses repeat, some empty (the rollout is its prompt,
 // a prefix of its siblings), against padded micro-batch forwards in rollout order.
+// The reference policy's log-probs come from prefix_logprobs (each distinct prefix once, no
+// padding): the padded forward's log-probs bit for bit, on a batch of prompts with several
+// samples each (shared prompts, repeated and empty responses, padding, prompt positions scored
+// too), BF16 and FP8 linears, FP32 LM head or not.
+TEST(GrpoReferenceLogprobs, PrefixLayoutEqualsThePaddedForward) {
+  const int32_t pad = 0;
+  const int64_t B = 12;
+  int64_t T = 0;
+  std::vector<std::vector<int32_t>> seqs;
+  for (uint64_t p = 0; p < 3; ++p) {
+    std::vector<int32_t> prompt = {1};
+    for (uint64_t i = 0; i < 3 + p; ++i) prompt.push_back(static_cast<int32_t>(5 + random_u32(9, 1, p * 16 + i) % 12));
+    for (uint64_t g = 0; g < 4; ++g) {
+      std::vector<int32_t> seq = prompt;
+      const uint32_t len = random_u32(9, 2, p * 8 + g) % 4;
+      for (uint32_t j = 0; j < len; ++j) seq.push_back(static_cast<int32_t>(2 + random_u32(9, 3, p * 64 + g * 8 + j) % 3));
+      T = std::max<int64_t>(T, static_cast<int64_t>(seq.size()));
+      seqs.push_back(seq);
+    }
+  }
+  TokenBatch b = TokenBatch::empty(B, T, pad);
+  for (int64_t i = 0; i < B; ++i) {
+    const auto& s = seqs[static_cast<size_t>(i)];
+    std::copy(s.begin(), s.end(), b.tokens.begin() + i * T);
+    b.lengths[static_cast<size_t>(i)] = static_cast<int32_t>(s.size());
+    for (size_t t = 0; t + 1 < s.size(); ++t) b.targets[static_cast<size_t>(i * T) + t] = s[t + 1];
+  }
+  for (Precision linear : {Precision::kBF16, Precision::kFP8})
+    for (bool fp32_lm_head : {false, true}) {
+      PrecisionPolicy policy;
+      policy.linear = linear;
+      policy.fp32_lm_head = fp32_lm_head;
+      Transformer model(model_preset("tiny", 20), policy);
+      model.init_random(3);
+      std::vector<float> want(static_cast<size_t>(B * T)), got(want.size(), 1.0f);
+      model.forward(b, want.data(), /*for_backward=*/false);
+      model.prefix_logprobs(b, got.data());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0)
+          << precision_name(linear) << (fp32_lm_head ? " fp32 lm head" : "") << ": first " << got[1] << " vs "
+          << want[1];
+    }
+}
+
 TEST(GrpoKvCalibration, EqualsTheWholeBatchForwardsItReplaced) {
   const int32_t pad = 0;
   std::vector<std::vector<int32_t>> seqs;
