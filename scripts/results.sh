@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces the runs of docs/results.md: the SFT warm start (if missing), then the four precision
 # presets x three seeds of GRPO, then the summary table. Assumes scripts/build.sh release has run.
-# About 9 minutes on a 2-vCPU machine (with the warm start made).
+# About 7 minutes on a 2-vCPU machine (with the warm start made).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f runs/sft-arithmetic/checkpoint/model.safetensors ] ||
