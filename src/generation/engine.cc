@@ -144,72 +144,61 @@ void GenerationEngine::set_kv_scales(const std::vector<QkvScales>& scales) {
 constexpr int64_t kGemmFromRowsFp8 = kGemvMaxRows + 1;
 constexpr int64_t kGemmFromRowsBf16 = 4 * kGemvMaxRows + 1;
 
-void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R,
-                                       bool round) {
+void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round) {
   const int64_t K = calls.begin()->lin->K;
+  for (const LinearCall& c : calls)
+    FP8RL_CHECK(c.lin->K == K, "linears_forward: linears of K {} and {} cannot share x", K, c.lin->K);
+  const GemmOptions gemm{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true, .round_output_bf16 = round};
   const GemvOptions gemv{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true, .round_output_bf16 = round};
-  std::vector<GemvTarget> targets;
+  std::vector<const LinearCall*> group;
   for (const Precision p : {Precision::kF32, Precision::kBF16, Precision::kFP8}) {
-    targets.clear();
-    for (const LinearCall& c : calls) {
-      FP8RL_CHECK(c.lin->K == K, "linears_forward: linears of K {} and {} cannot share x", K, c.lin->K);
-      if (c.lin->precision != p) continue;
-      if (p == Precision::kF32) {
-        GemmOptions gemm;
-        gemm.round_output_bf16 = round;
-        gemm_nt_f32(R, c.lin->N, K, x, K, c.lin->f32.data(), K, c.y, c.lin->N, false, gemm);
-        continue;
-      }
-      targets.push_back({&c.lin->packed, c.y, c.lin->N});
-    }
-    if (targets.empty()) continue;
-    if (R >= (p == Precision::kBF16 ? kGemmFromRowsBf16 : kGemmFromRowsFp8)) {
-      gemm_rows(calls, p, x, R, round);
+    group.clear();
+    for (const LinearCall& c : calls)
+      if (c.lin->precision == p) group.push_back(&c);
+    if (group.empty()) continue;
+    if (p == Precision::kF32) {
+      for (const LinearCall* c : group)
+        gemm_nt_f32(R, c->lin->N, K, x, K, c->lin->f32.data(), K, c->y, c->lin->N, false, gemm);
       continue;
     }
-    // Rows go in groups of at most 16, one GEMV call each; the targets' outputs from row r0 on:
-    auto from_row = [&](int64_t r0) {
-      std::vector<GemvTarget> at = targets;
-      for (GemvTarget& t : at) t.y += r0 * t.ldy;
+    const bool use_gemm = R >= (p == Precision::kBF16 ? kGemmFromRowsBf16 : kGemmFromRowsFp8);
+    // GEMV calls take rows in groups of at most 16: every linear's output from row r0 on.
+    auto gemv_targets = [&](int64_t r0) {
+      std::vector<GemvTarget> at;
+      for (const LinearCall* c : group) at.push_back({&c->lin->packed, c->y + r0 * c->lin->N, c->lin->N});
       return at;
     };
     if (p == Precision::kBF16) {
       std::vector<bf16_t> xh(static_cast<size_t>(R * K));
       bf16_encode_f32(x, xh.data(), R * K);
+      if (use_gemm) {
+        for (const LinearCall* c : group)
+          gemm_nt_bf16(R, c->lin->N, K, xh.data(), K, c->lin->bf16_rows.data(), K, c->y, c->lin->N, false, gemm);
+        continue;
+      }
       for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows) {
-        const std::vector<GemvTarget> at = from_row(r0);
+        const std::vector<GemvTarget> at = gemv_targets(r0);
         gemv_bf16(at.data(), static_cast<int>(at.size()), std::min(kGemvMaxRows, R - r0), xh.data() + r0 * K, K, gemv);
       }
-    } else {
-      // W8A8: activations quantized 1x128 per row, exactly as the trainer's FP8 forward does.
-      QuantizedTensor xq;
-      for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows) {
-        const int64_t m = std::min(kGemvMaxRows, R - r0);
-        if (xq.rows() != m) xq = QuantizedTensor(ScalingMode::kRows1x128, m, K, policy_.activation_scale_format, false);
-        quantize_into(TensorView::contiguous(const_cast<float*>(x + r0 * K), DType::kF32, Shape{m, K}), xq);
-        const std::vector<GemvTarget> at = from_row(r0);
+      continue;
+    }
+    // W8A8: activations quantized 1x128 per row, exactly as the trainer's FP8 forward does (the
+    // rows are independent, so all R at once for the GEMM, 16 at a time for the GEMV).
+    const int64_t step = use_gemm ? R : kGemvMaxRows;
+    QuantizedTensor xq;
+    for (int64_t r0 = 0; r0 < R; r0 += step) {
+      const int64_t m = std::min(step, R - r0);
+      if (xq.rows() != m) xq = QuantizedTensor(ScalingMode::kRows1x128, m, K, policy_.activation_scale_format, false);
+      quantize_into(TensorView::contiguous(const_cast<float*>(x + r0 * K), DType::kF32, Shape{m, K}), xq);
+      if (use_gemm) {
+        for (const LinearCall* c : group)
+          gemm_nt_fp8(xq.rowwise, c->lin->fp8_rows.rowwise, c->y, c->lin->N, false, gemm);
+      } else {
+        const std::vector<GemvTarget> at = gemv_targets(r0);
         gemv_fp8(at.data(), static_cast<int>(at.size()), xq.rowwise, gemv);
       }
     }
   }
-}
-
-void GenerationEngine::gemm_rows(std::initializer_list<LinearCall> calls, Precision p, const float* x, int64_t R,
-                                 bool round) {
-  const int64_t K = calls.begin()->lin->K;
-  const GemmOptions gemm{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true, .round_output_bf16 = round};
-  if (p == Precision::kBF16) {
-    std::vector<bf16_t> xh(static_cast<size_t>(R * K));
-    bf16_encode_f32(x, xh.data(), R * K);
-    for (const LinearCall& c : calls)
-      if (c.lin->precision == p)
-        gemm_nt_bf16(R, c.lin->N, K, xh.data(), K, c.lin->bf16_rows.data(), K, c.y, c.lin->N, false, gemm);
-    return;
-  }
-  const QuantizedTensor xq = quantize(TensorView::contiguous(const_cast<float*>(x), DType::kF32, Shape{R, K}),
-                                      ScalingMode::kRows1x128, policy_.activation_scale_format, false);
-  for (const LinearCall& c : calls)
-    if (c.lin->precision == p) gemm_nt_fp8(xq.rowwise, c.lin->fp8_rows.rowwise, c.y, c.lin->N, false, gemm);
 }
 
 void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits) {

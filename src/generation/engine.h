@@ -147,7 +147,6 @@ class GenerationEngine {
   // (BF16 encoding or the 1x128 quantization); up to kGemvMaxRows rows go through one GEMV call
   // (one pass of the pool for all of them), more rows through one GEMM per linear.
   void linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round_bf16);
-  void gemm_rows(std::initializer_list<LinearCall> calls, Precision p, const float* x, int64_t R, bool round_bf16);
   // Runs the rows through the model, writing their K/V into the cache; logits [R, V] if wanted.
   void forward_rows(const std::vector<Row>& rows, float* logits);
 

@@ -304,10 +304,16 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
     qkv_amax_[static_cast<size_t>(l)] = layer_forward(l, acts_[static_cast<size_t>(l)], x_next, tmp.data(), rows,
                                                       for_backward, /*stop_after_qkv=*/false);
   }
-  rmsnorm_forward(hf_.data(), rstd_f_.data(), x_final_.data(), w_.final_norm, N, C, config_.norm_eps);
-  if (!policy_.fp32_lm_head) round_activations(hf_.data(), N * C);
-  lm_head_.forward(logits_.data(), hf_.data(), N, c_lm_head_);
+  head_forward(logits_.data(), hf_.data(), rstd_f_.data(), x_final_.data(), N, c_lm_head_, /*save_for_backward=*/true);
   token_logprobs_forward(logprobs, logits_.data(), batch.targets.data(), N, config_.vocab_size);
+}
+
+void Transformer::head_forward(float* logits, float* hf, float* rstd, const float* x, int64_t N, LinearCache& cache,
+                               bool save_for_backward) {
+  const int64_t C = config_.d_model;
+  rmsnorm_forward(hf, rstd, x, w_.final_norm, N, C, config_.norm_eps);
+  if (!policy_.fp32_lm_head) round_activations(hf, N * C);
+  lm_head_.forward(logits, hf, N, cache, save_for_backward);
 }
 
 Transformer::RowLayout Transformer::prefix_layout(const TokenBatch& batch, const RowLayout& padded,
@@ -371,12 +377,9 @@ void Transformer::prefix_logprobs(const TokenBatch& batch, float* logprobs) {
   for (int64_t l = 0; l < config_.n_layers; ++l)
     layer_forward(l, calib_acts_, calib_acts_.x.data(), calib_tmp_.data(), rows, /*save_for_backward=*/false,
                   /*stop_after_qkv=*/false);
-  // The head of forward(), on the prefix rows: final norm, BF16 rounding point, LM head.
   std::vector<float> hf(static_cast<size_t>(N * C)), rstd(static_cast<size_t>(N)), logits(static_cast<size_t>(N * V));
-  rmsnorm_forward(hf.data(), rstd.data(), calib_acts_.x.data(), w_.final_norm, N, C, config_.norm_eps);
-  if (!policy_.fp32_lm_head) round_activations(hf.data(), N * C);
   LinearCache cache;
-  lm_head_.forward(logits.data(), hf.data(), N, cache, /*save_for_backward=*/false);
+  head_forward(logits.data(), hf.data(), rstd.data(), calib_acts_.x.data(), N, cache, /*save_for_backward=*/false);
   // Every scored position takes its log-prob from its prefix row's logits (rows shared by several
   // sequences may be scored on different targets).
   std::vector<int32_t> targets, at;

@@ -22,6 +22,15 @@ const E4m3DecodeTables& e4m3_decode_tables() {
 }
 }  // namespace detail
 
+namespace {
+// fn(begin, end) over chunks of [0, n) on the kernel pool: for the elementwise passes over
+// arrays of megabytes (the trainer's BF16 copies and rounding points); same bits on any thread.
+template <typename Fn>
+void in_chunks(int64_t n, const Fn& fn) {
+  parallel_for_ranges(n, 32768, fn);
+}
+}  // namespace
+
 void e4m3_encode_f32(const float* in, uint8_t* out, int64_t n, Isa isa) {
   if (uses_avx512(resolve_isa(isa))) return detail::e4m3_encode_f32_avx512(in, out, n);
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_e4m3(in[i]);
@@ -38,11 +47,8 @@ void e4m3_decode_bf16(const uint8_t* in, bf16_t* out, int64_t n, Isa isa) {
 }
 
 void bf16_encode_f32(const float* in, bf16_t* out, int64_t n, Isa isa) {
-  // Elementwise: chunks on the kernel pool, as bf16_round_f32 below (the trainer's BF16 copies of
-  // activations and gradients are megabytes).
-  constexpr int64_t kChunk = 32768;
   const bool avx512 = uses_avx512(resolve_isa(isa));
-  parallel_for_ranges(n, kChunk, [&](int64_t begin, int64_t end) {
+  in_chunks(n, [&](int64_t begin, int64_t end) {
     if (avx512) return detail::bf16_encode_f32_avx512(in + begin, out + begin, end - begin);
     for (int64_t i = begin; i < end; ++i) out[i] = f32_to_bf16(in[i]);
   });
@@ -54,10 +60,8 @@ void bf16_decode_f32(const bf16_t* in, float* out, int64_t n, Isa isa) {
 }
 
 void bf16_round_f32(float* x, int64_t n, Isa isa) {
-  // Elementwise, so large arrays are cut into chunks on the kernel pool (same bits).
-  constexpr int64_t kChunk = 32768;
   const bool avx512 = uses_avx512(resolve_isa(isa));
-  parallel_for_ranges(n, kChunk, [&](int64_t begin, int64_t end) {
+  in_chunks(n, [&](int64_t begin, int64_t end) {
     if (avx512) return detail::bf16_round_f32_avx512(x + begin, end - begin);
     for (int64_t i = begin; i < end; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
   });
