@@ -11,7 +11,8 @@
 //                              (tools/bench/torch_decode.py) with torch.set_num_threads matching;
 //   decode_large_{bf16,fp8}_weights  decode tokens/s at 1 sequence for the `large` preset, whose
 //                              FP8 weights (~720 MiB) exceed this machine's L3 (the `medium`
-//                              weights, 24 MiB in FP8, fit in it).
+//                              weights, 24 MiB in FP8, fit in it); with the engine's default
+//                              batch invariance, then without it (records say which).
 //
 // Times come from the engine's own clock (GenerationStats: prefill and decode forwards, sampling
 // included), medians over --repeats runs after a warm-up. The cases compared with each other
@@ -172,13 +173,14 @@ nlohmann::ordered_json record(const std::string& name, const ModelConfig& config
 // `large` with random weights, without a trainer (its FP32 masters and AdamW state would need
 // ~12 GB): one layer's FP32 weights serve as the source of every layer; the engine packs each
 // layer into its own buffers, so the decode streams all of them.
-std::unique_ptr<GenerationEngine> synthetic_engine(const ModelConfig& c, Precision linear,
+std::unique_ptr<GenerationEngine> synthetic_engine(const ModelConfig& c, Precision linear, bool batch_invariant,
                                                    const std::vector<std::vector<float>>& tensors) {
   PrecisionPolicy policy;
   policy.linear = linear;
   EngineOptions eo;
   eo.kv_cache_bytes = 8 << 20;
   eo.max_num_seqs = 1;
+  eo.batch_invariant = batch_invariant;
   auto engine = std::make_unique<GenerationEngine>(c, policy, eo);
   // tensors: embed [V, C], norm [max(C, F)] of ones, q, k, v, o, gate, up, down.
   GeneratorWeightSource src;
@@ -192,6 +194,32 @@ std::unique_ptr<GenerationEngine> synthetic_engine(const ModelConfig& c, Precisi
   src.lm_head.f32 = tensors[0].data();
   engine->update_weights(src);
   return engine;
+}
+
+// The records of one pair of large-preset runs (t: BF16 then FP8 weights).
+void emit_large_records(const ModelConfig& c, const std::vector<RunTimes>& t, bool invariant, double bandwidth,
+                        int64_t l3, const BenchOptions& options) {
+  const int64_t C = c.d_model, F = c.d_ff;
+  const Precision precisions[2] = {Precision::kBF16, Precision::kFP8};
+  for (int i = 0; i < 2; ++i) {
+    const int64_t bytes = linear_weight_bytes(c, precisions[i]);
+    const double step = t[static_cast<size_t>(i)].decode_seconds / static_cast<double>(t[static_cast<size_t>(i)].decode_tokens);
+    nlohmann::ordered_json r = record(fmt::format("decode_large_{}_weights", precision_name(precisions[i])), c);
+    r["batch_invariant"] = invariant;
+    r["linear_params"] = (2 * C * c.q_dim() + 2 * C * c.kv_dim() + 3 * C * F) * c.n_layers;
+    r["sequences"] = 1;
+    r["weight_bytes"] = bytes;
+    r["l3_bytes"] = l3;
+    r["weights_exceed_l3"] = l3 > 0 && bytes > l3;
+    r["seconds"] = step;
+    r["tokens_per_s"] = decode_rate(t[static_cast<size_t>(i)]);
+    r["weight_gbps"] = static_cast<double>(bytes) / step / 1e9;
+    r["limit"] = "read_bandwidth";
+    r["limit_gbps"] = bandwidth;
+    r["ratio_to_limit"] = static_cast<double>(bytes) / step / 1e9 / bandwidth;
+    if (i == 1) r["speedup_vs_bf16_weights"] = decode_rate(t[1]) / decode_rate(t[0]);
+    emit(r, options);
+  }
 }
 
 void run_large_case(const BenchOptions& options, double bandwidth, int64_t l3) {
@@ -208,32 +236,17 @@ void run_large_case(const BenchOptions& options, double bandwidth, int64_t l3) {
       fill_normal(tensors.back().data(), sizes[i], 0.0f, 0.02f, /*seed=*/3, static_cast<uint64_t>(i));
     }
   }
-  auto bf16 = synthetic_engine(c, Precision::kBF16, tensors);
-  auto fp8 = synthetic_engine(c, Precision::kFP8, tensors);
-  tensors.clear();
   const auto prompts = random_prompts(1, 16, c.vocab_size, 11);
   const int64_t new_tokens = 8;
-  const std::vector<RunTimes> t = rounds({[&] { return run_generate(*bf16, prompts, 1, new_tokens); },
-                                          [&] { return run_generate(*fp8, prompts, 1, new_tokens); }},
-                                         std::min(options.repeats, 3));
-  const Precision precisions[2] = {Precision::kBF16, Precision::kFP8};
-  for (int i = 0; i < 2; ++i) {
-    const int64_t bytes = linear_weight_bytes(c, precisions[i]);
-    const double step = t[static_cast<size_t>(i)].decode_seconds / static_cast<double>(t[static_cast<size_t>(i)].decode_tokens);
-    nlohmann::ordered_json r = record(fmt::format("decode_large_{}_weights", precision_name(precisions[i])), c);
-    r["linear_params"] = (2 * C * c.q_dim() + 2 * C * c.kv_dim() + 3 * C * F) * c.n_layers;
-    r["sequences"] = 1;
-    r["weight_bytes"] = bytes;
-    r["l3_bytes"] = l3;
-    r["weights_exceed_l3"] = l3 > 0 && bytes > l3;
-    r["seconds"] = step;
-    r["tokens_per_s"] = decode_rate(t[static_cast<size_t>(i)]);
-    r["weight_gbps"] = static_cast<double>(bytes) / step / 1e9;
-    r["limit"] = "read_bandwidth";
-    r["limit_gbps"] = bandwidth;
-    r["ratio_to_limit"] = static_cast<double>(bytes) / step / 1e9 / bandwidth;
-    if (i == 1) r["speedup_vs_bf16_weights"] = decode_rate(t[1]) / decode_rate(t[0]);
-    emit(r, options);
+  // The engines' default (batch invariant: the trainer's bits), then without invariance, where a
+  // lone sequence's GEMVs may run a faster path (on an AMX machine, the AVX-512 kernels).
+  for (const bool invariant : {true, false}) {
+    auto bf16 = synthetic_engine(c, Precision::kBF16, invariant, tensors);
+    auto fp8 = synthetic_engine(c, Precision::kFP8, invariant, tensors);
+    const std::vector<RunTimes> t = rounds({[&] { return run_generate(*bf16, prompts, 1, new_tokens); },
+                                            [&] { return run_generate(*fp8, prompts, 1, new_tokens); }},
+                                           std::min(options.repeats, 3));
+    emit_large_records(c, t, invariant, bandwidth, l3, options);
   }
 }
 

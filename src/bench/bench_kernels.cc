@@ -166,13 +166,20 @@ void run_gemv_cases(const BenchOptions& options, double bandwidth) {
   for (size_t i = 0; i < flush.size(); ++i) flush[i] = i;
   std::vector<float> y(static_cast<size_t>(kGemvMaxRows * N));
 
+  // Each level batch invariant (its GEMV rows are its GEMM's rows), and on an AMX machine also the
+  // default dispatch without invariance, where a single row runs the AVX-512 kernels ("isa":
+  // "auto").
+  std::vector<std::pair<Isa, bool>> levels;  // (isa, batch_invariant)
+  for (Isa isa : fast_isas()) levels.emplace_back(isa, true);
+  if (cpu_features().has_amx_kernels()) levels.emplace_back(Isa::kAuto, false);
   std::map<std::tuple<Isa, int64_t, int>, double> bf16_tokens;  // (isa, M, threads) -> tokens/s
-  for (Isa isa : fast_isas())
+  std::map<std::tuple<Isa, std::string, int>, double> m1_tokens;  // (isa, case, threads) -> tokens/s
+  for (const auto& [isa, invariant] : levels)
     for (const char* name : {"gemv_bf16", "gemv_fp8"})
       for (int64_t M : {int64_t{1}, int64_t{8}})
         for (int threads : kThreadCounts) {
           const bool fp8 = std::string(name) == "gemv_fp8";
-          const GemvOptions o{isa, threads, false};
+          const GemvOptions o{isa, threads, invariant};
           const QuantizedTensor xq =
               quantize(TensorView::contiguous(const_cast<float*>(xf.data()), DType::kF32, Shape{M, K}),
                        ScalingMode::kRows1x128, ScaleFormat::kFp32);
@@ -194,6 +201,7 @@ void run_gemv_cases(const BenchOptions& options, double bandwidth) {
                                       {"M", M},
                                       {"activations", fp8 ? "fp8_1x128" : "bf16"},
                                       {"isa", isa_name(isa)},
+                                      {"batch_invariant", invariant},
                                       {"threads", threads},
                                       {"seconds", seconds},
                                       {"gbps", gbps},
@@ -203,6 +211,8 @@ void run_gemv_cases(const BenchOptions& options, double bandwidth) {
                                       {"ratio_to_limit", gbps / bandwidth}};
           if (!fp8) bf16_tokens[{isa, M, threads}] = tokens;
           if (fp8) r["speedup_vs_gemv_bf16"] = tokens / bf16_tokens[{isa, M, threads}];
+          if (M == 1) m1_tokens[{isa, name, threads}] = tokens;
+          if (M > 1) r["speedup_vs_m1"] = tokens / m1_tokens[{isa, name, threads}];
           emit(r, options);
         }
 

@@ -149,7 +149,8 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
   for (const LinearCall& c : calls)
     FP8RL_CHECK(c.lin->K == K, "linears_forward: linears of K {} and {} cannot share x", K, c.lin->K);
   const GemmOptions gemm{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true, .round_output_bf16 = round};
-  const GemvOptions gemv{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true, .round_output_bf16 = round};
+  const GemvOptions gemv{
+      .isa = Isa::kAuto, .threads = 0, .batch_invariant = options_.batch_invariant, .round_output_bf16 = round};
   std::vector<const LinearCall*> group;
   for (const Precision p : {Precision::kF32, Precision::kBF16, Precision::kFP8}) {
     group.clear();

@@ -57,6 +57,10 @@ struct EngineOptions {
   bool fp8_attention = true;          // with an FP8 KV cache: quantize Q too
   int64_t kv_cache_bytes = 64 << 20;  // K/V storage budget
   int64_t max_num_seqs = 64;          // sequences decoded together
+  // On: every linear's rows are the trainer's GEMM rows bit for bit, whatever the batch (exact
+  // generator/trainer agreement). Off: a lone sequence's decode may take the GEMV's faster
+  // non-invariant path (kernels/gemv.h), whose bits differ from the trainer's in the last place.
+  bool batch_invariant = true;
 };
 
 struct GenerateOptions {

@@ -81,8 +81,15 @@ void check_call(const GemvTarget* targets, int num_targets, int64_t M, int64_t K
   }
 }
 
-void run(const GemvTarget* targets, int num_targets, const PackedActivations& x, const GemvOptions& options) {
+// The level a call runs on: options.isa resolved, except that without batch invariance a single
+// row on an AMX machine runs on AVX-512, whose decode in registers beats the tile path there
+// (a tile product costs as much for 1 row as for 16; docs/kernels.md has the figures).
+Isa call_level(const GemvOptions& options, int64_t M) {
   const Isa isa = resolve_isa(options.isa);
+  return isa == Isa::kAmx && !options.batch_invariant && M == 1 ? Isa::kAvx512 : isa;
+}
+
+void run(const GemvTarget* targets, int num_targets, const PackedActivations& x, Isa isa, const GemvOptions& options) {
   // Tasks of 8 strips (128 rows): large enough to amortise the hand-out, small enough to balance.
   // Task t belongs to the first target whose tasks end after t.
   constexpr int64_t per_task = 8;
@@ -180,9 +187,10 @@ void gemv_bf16(const GemvTarget* targets, int num_targets, int64_t M, const bf16
   const int64_t K = targets[0].W->cols;
   check_call(targets, num_targets, M, K);
   FP8RL_CHECK(ldx >= K, "gemv: ldx {} < K {}", ldx, K);
+  const Isa isa = call_level(options, M);
   thread_local PackedActivations packed;
-  pack_activations_bf16(M, x, ldx, K, resolve_isa(options.isa), packed);
-  run(targets, num_targets, packed, options);
+  pack_activations_bf16(M, x, ldx, K, isa, packed);
+  run(targets, num_targets, packed, isa, options);
 }
 
 void gemv_fp8(const GemvTarget* targets, int num_targets, const QuantizedMatrix& x, const GemvOptions& options) {
@@ -194,10 +202,11 @@ void gemv_fp8(const GemvTarget* targets, int num_targets, const QuantizedMatrix&
   thread_local std::vector<bf16_t> decoded;
   decoded.resize(static_cast<size_t>(M * K));
   e4m3_decode_bf16(x.codes.data(), decoded.data(), M * K, options.isa);  // exact
+  const Isa isa = call_level(options, M);
   thread_local PackedActivations packed;
-  pack_activations_bf16(M, decoded.data(), K, K, resolve_isa(options.isa), packed);
+  pack_activations_bf16(M, decoded.data(), K, K, isa, packed);
   std::copy(x.scale_inv.begin(), x.scale_inv.end(), packed.scales.begin());  // [M][ceil(K/128)]
-  run(targets, num_targets, packed, options);
+  run(targets, num_targets, packed, isa, options);
 }
 
 void gemv_bf16(const PackedGemvWeights& W, int64_t M, const bf16_t* x, int64_t ldx, float* y, int64_t ldy,

@@ -8,9 +8,10 @@
 //   FP8 W,  FP8 x  : as gemm_nt_fp8 (every 128-slice of K summed in FP32, then
 //                    running += slice * (s_x * s_w)).
 //   FP8 W,  BF16 x : the same with s_x = 1 (running += slice * s_w).
-// Batch invariance: for the same ISA, every row of y is bit-identical to the corresponding row of
-// gemm_nt_bf16 / gemm_nt_fp8, and does not depend on M or on the other rows (both kernels run
-// the same vdpbf16ps sequence per output element); tests/kernels/gemv_test.cc pins it.
+// Batch invariance (GemvOptions::batch_invariant): for the same ISA, every row of y is
+// bit-identical to the corresponding row of gemm_nt_bf16 / gemm_nt_fp8, and does not depend on M
+// or on the other rows (both kernels run the same dot-product sequence per output element);
+// tests/kernels/gemv_test.cc pins it.
 //
 // Packed layout (docs/kernels.md): W's rows in strips of 16 (N padded with zero rows), each strip
 // contiguous, K in pairs:
@@ -50,8 +51,9 @@ struct PackedGemvWeights {
 struct GemvOptions {
   Isa isa = Isa::kAuto;
   int threads = 0;  // 0: hardware_threads(); results are the same for any count
-  // Every current path is batch invariant (see above); the option is kept so that callers state
-  // the requirement and a faster non-invariant path can never be picked for them silently.
+  // On, every row is the GEMM's row bit for bit (see above). Off, a call may take a faster path
+  // whose rows are not: with M = 1 on an AMX machine, the AVX-512 kernels (their bits, those of
+  // FP8RL_ISA=avx512), which decode FP8 in registers instead of into tiles.
   bool batch_invariant = false;
   // y is rounded to BF16 values (bf16_round_f32) by the task that computed it, while it is in that
   // core's cache; the same bits as rounding afterwards.

@@ -98,6 +98,9 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "FP8 KV: responses per prompt of the batch just trained on that recalibrate the Q/K/V scales (0: all)")
       .at_least(0);
   s.add("generation.share_prefix", &c.share_prefix, true, "the samples of a prompt share its prefill");
+  s.add("generation.batch_invariant", &c.batch_invariant, true,
+        "generator linears give the trainer's bits whatever the batch (false: a lone sequence may decode on a "
+        "faster path, agreement to the last place only)");
 
   s.add("eval.max_examples", &c.val_max_examples, 200, "validation examples scored per evaluation").at_least(1);
   s.add("generation.max_new_tokens", &c.max_new_tokens, 8, "longest response in tokens").range(1, 4096);
@@ -133,6 +136,7 @@ EngineOptions RunConfig::engine_options() const {
   e.fp8_attention = fp8_attention;
   e.kv_cache_bytes = kv_cache_bytes;
   e.max_num_seqs = max_num_seqs;
+  e.batch_invariant = batch_invariant;
   return e;
 }
 

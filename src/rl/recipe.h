@@ -80,6 +80,7 @@ struct RunConfig {
   std::optional<int64_t> generation_num_last_layers_in_bf16;
   std::string kv_cache_dtype;        // generation.kv_cache_dtype: bf16 | fp8
   bool fp8_attention = true;         // generation.fp8_attention (with an FP8 KV cache)
+  bool batch_invariant = true;       // generation.batch_invariant
   double temperature = 1.0;
   double top_p = 1.0;
   int64_t top_k = 0;

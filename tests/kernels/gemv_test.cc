@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -135,6 +136,33 @@ TEST(Gemv, RowsAreBitIdenticalToGemmRowsAndIndependentOfM) {
       gemm_nt_fp8(xq.rowwise, wq.rowwise, gemm.data(), s.N, false, gemm_options);
       EXPECT_EQ(0, std::memcmp(decode.data(), gemm.data(), gemm.size() * 4)) << "fp8 " << what;
       EXPECT_EQ(0, std::memcmp(decode.data(), decode2.data(), gemm.size() * 4)) << "fp8 threads " << what;
+    }
+}
+
+// Without batch invariance, a single row on an AMX machine runs the AVX-512 kernels (their bits);
+// two rows or more, and every call with invariance on, stay on the tiles.
+TEST(Gemv, NonInvariantSingleRowsRunTheAvx512KernelsOnAmxMachines) {
+  const std::vector<Isa> isas = testing::available_isas();
+  if (std::find(isas.begin(), isas.end(), Isa::kAmx) == isas.end()) GTEST_SKIP() << "no AMX on this CPU";
+  const int64_t N = 300, K = 1000;
+  const std::vector<float> wf = random_values(N * K, 5), xf = random_values(2 * K, 6);
+  const std::vector<bf16_t> wh = to_bf16(wf), xh = to_bf16(xf);
+  const QuantizedTensor wq = quantized(wf, N, K, ScalingMode::kBlocks128x128);
+  PackedGemvWeights wb, w8;
+  pack_gemv_weights_bf16(wh.data(), N, K, K, wb);
+  pack_gemv_weights_fp8(wq.rowwise, w8);
+  for (const PackedGemvWeights* W : {&wb, &w8})
+    for (int64_t M : {1, 2}) {
+      auto run = [&](Isa isa, bool invariant) {
+        std::vector<float> y(static_cast<size_t>(M * N));
+        gemv_bf16(*W, M, xh.data(), K, y.data(), N, GemvOptions{isa, 1, invariant});
+        return y;
+      };
+      const std::vector<float> fast = run(Isa::kAmx, false);
+      const std::string what = std::string(W == &wb ? "bf16" : "fp8") + " W, M=" + std::to_string(M);
+      EXPECT_EQ(fast, run(M == 1 ? Isa::kAvx512 : Isa::kAmx, true)) << what;
+      EXPECT_EQ(run(Isa::kAmx, true), run(Isa::kAuto, true)) << what;
+      if (M == 1) EXPECT_NE(fast, run(Isa::kAmx, true)) << what << ": the tile path's bits differ";
     }
 }
 
