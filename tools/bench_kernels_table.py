@@ -35,7 +35,10 @@ def main(path):
             figure = f"{r['gbps']:.1f} GB/s of weights, {r['tokens_per_s']:.0f} tokens/s"
             if "speedup_vs_gemv_bf16" in r:
                 figure += f", {r['speedup_vs_gemv_bf16']:.2f}x gemv_bf16 tokens/s"
-            print(f"| {case} ({r['activations']} x) | {r['shape']} | {r['isa']} | {r['threads']} | {figure} "
+            if "speedup_vs_m1" in r:
+                figure += f", {r['speedup_vs_m1']:.2f}x M = 1"
+            isa = r["isa"] if r.get("batch_invariant", True) else f"{r['isa']} (not batch invariant)"
+            print(f"| {case} ({r['activations']} x) | {r['shape']} | {isa} | {r['threads']} | {figure} "
                   f"| {r['limit_gbps']:.1f} GB/s | {r['ratio_to_limit']:.2f} | | | | |")
         elif case == "pack_fp8_weights":
             print(f"| {case} (from FP32 master) | {r['shape']} | | {r['threads']} | {r['gbps']:.1f} GB/s of FP32 read "

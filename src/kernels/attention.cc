@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "core/check.h"
-#include "kernels/attention_row.h"
 #include "core/thread_pool.h"
+#include "kernels/attention_row.h"
 #include "kernels/gemm.h"
 
 namespace fp8rl {
@@ -19,24 +19,30 @@ void check_shape(const AttentionShape& s) {
 }
 }  // namespace
 
-void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v, const AttentionShape& s) {
+void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v,
+                       const AttentionShape& s) {
   check_shape(s);
   const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
-  // One task per (sequence, kv head), its query heads together (they read the same K/V rows):
-  // disjoint outputs, the same arithmetic on any thread.
+  // One task per (sequence, kv head). Its query heads and kRows consecutive rows go through one
+  // attention_queries_kv call: they read the same K/V rows, which then come from L1 for all of them
+  // instead of from L2 for each row. Disjoint outputs, the same arithmetic on any thread.
+  constexpr int64_t kRows = 8;
   kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
     const int64_t b = task / s.Hkv, g = task % s.Hkv, h0 = g * group;
-    const AttentionRows rows{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, 0};  // [T, D], stride ldkv
-    float* p = probs + (b * s.Hq + h0) * s.T * s.T;  // [group, T, T]
-    for (int64_t t = 0; t < s.T; ++t) {
-      AttentionRows causal = rows;
-      causal.rows = t + 1;
-      attention_group_kv(o + (b * s.T + t) * ldq + h0 * s.D, s.D, p + t * s.T, s.T * s.T,
-                         q + (b * s.T + t) * ldq + h0 * s.D, s.D, group, &causal, 1, t + 1, s.D, ldkv, KvElement::kF32,
-                         scale, 1.0f);
-      for (int64_t h = 0; h < group; ++h)
-        for (int64_t j = t + 1; j < s.T; ++j) p[h * s.T * s.T + t * s.T + j] = 0.0f;
+    std::vector<AttentionQuery> queries;
+    for (int64_t t0 = 0; t0 < s.T; t0 += kRows) {
+      const int64_t rows = std::min(kRows, s.T - t0);
+      queries.clear();
+      for (int64_t t = t0; t < t0 + rows; ++t)
+        for (int64_t h = h0; h < h0 + group; ++h) {
+          float* p = probs + ((b * s.Hq + h) * s.T + t) * s.T;  // row t of head h's [T, T]
+          std::fill(p + t + 1, p + s.T, 0.0f);
+          queries.push_back({q + (b * s.T + t) * ldq + h * s.D, o + (b * s.T + t) * ldq + h * s.D, p, t + 1});
+        }
+      const AttentionRows causal{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, t0 + rows};  // stride ldkv
+      attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, ldkv, KvElement::kF32,
+                           scale, 1.0f);
     }
   });
 }
@@ -85,8 +91,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       }
       for (int64_t j0 = 0; j0 < T; j0 += kBlock) {  // dK[j] += sum_{t >= j} dS[t, j] Q[t]
         const int64_t jn = std::min(kBlock, T - j0);
-        gemm_tn_f32(jn, D, T - j0, ds.data() + j0 * T + j0, T, q + q_off + j0 * ldq, ldq, dk + kv_off + j0 * ldkv,
-                    ldkv, /*accumulate=*/true);
+        gemm_tn_f32(jn, D, T - j0, ds.data() + j0 * T + j0, T, q + q_off + j0 * ldq, ldq, dk + kv_off + j0 * ldkv, ldkv,
+                    /*accumulate=*/true);
       }
     }
   });

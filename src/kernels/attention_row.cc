@@ -1,6 +1,7 @@
 // attention_group_kv: the dispatcher and the portable path (attention_row with row loaders).
 #include "kernels/attention_row.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -30,18 +31,19 @@ int64_t kv_element_bytes(KvElement e) {
   return 0;
 }
 
-void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
-                        int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len, int64_t D,
-                        int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
-  int64_t covered = 0;
+void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
+                          int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
+  int64_t covered = 0, longest = 0;
   for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
-  FP8RL_CHECK(len > 0 && covered == len, "attention_group_kv: the runs hold {} positions, the row attends to {}",
-              covered, len);
-  FP8RL_CHECK(heads > 0 && probs_stride >= len, "attention_group_kv: {} heads, probs stride {} for {} positions", heads,
-              probs_stride, len);
+  for (int i = 0; i < num_queries; ++i) longest = std::max(longest, queries[i].len);
+  FP8RL_CHECK(num_queries > 0, "attention_queries_kv: no queries");
+  for (int i = 0; i < num_queries; ++i)
+    FP8RL_CHECK(queries[i].len > 0, "attention_queries_kv: query {} attends to {} positions", i, queries[i].len);
+  FP8RL_CHECK(covered == longest, "attention_queries_kv: the runs hold {} positions, the longest query attends to {}",
+              covered, longest);
   if (uses_avx512(resolve_isa(isa)))
-    return detail::attention_group_kv_avx512(out, out_stride, probs, probs_stride, q, q_stride, heads, runs, num_runs,
-                                             len, D, stride, element, score_scale, value_scale);
+    return detail::attention_queries_kv_avx512(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
+                                               value_scale);
   const int64_t row_bytes = stride * kv_element_bytes(element);
   // Position j -> its run, found by walking forward (positions are visited in order); the row
   // is widened or decoded into `buf` unless it is FP32 already.
@@ -63,9 +65,24 @@ void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t pr
     };
   };
   std::vector<float> scratch(static_cast<size_t>(D));
+  for (int i = 0; i < num_queries; ++i) {
+    const AttentionQuery& a = queries[i];
+    attention_row(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false), scratch.data());
+  }
+}
+
+void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
+                        int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
+                        int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
+  FP8RL_CHECK(heads > 0 && probs_stride >= len, "attention_group_kv: {} heads, probs stride {} for {} positions", heads,
+              probs_stride, len);
+  constexpr int64_t kMaxHeads = 64;
+  FP8RL_CHECK(heads <= kMaxHeads, "attention_group_kv: {} heads in one group (at most {})", heads, kMaxHeads);
+  AttentionQuery queries[kMaxHeads];
   for (int64_t h = 0; h < heads; ++h)
-    attention_row(out + h * out_stride, probs + h * probs_stride, q + h * q_stride, len, D, score_scale, value_scale,
-                  loader(true), loader(false), scratch.data());
+    queries[h] = {q + h * q_stride, out + h * out_stride, probs + h * probs_stride, len};
+  attention_queries_kv(queries, static_cast<int>(heads), runs, num_runs, D, stride, element, score_scale, value_scale,
+                       isa);
 }
 
 }  // namespace fp8rl

@@ -69,17 +69,33 @@ struct AttentionRows {
   int64_t rows = 0;
 };
 
-// attention_row for `heads` query heads that read the same key and value rows (the query heads
-// of one GQA group): head h reads q + h * q_stride and writes out + h * out_stride and
-// probs[h * probs_stride + j], j in [0, len). Rows are of one element type and stride, split
-// into `num_runs` runs of consecutive positions covering [0, len) in order (the trainer: one run
-// per sequence; the generator: one per KV page, the shared prefix's pages first). Each head gets
+// One query of attention_queries_kv: query row q [D] attends to positions [0, len) and writes
+// out [D] and probs [len].
+struct AttentionQuery {
+  const float* q;
+  float* out;
+  float* probs;
+  int64_t len;
+};
+
+// attention_row for several queries that read the same key and value rows: the query heads of one
+// GQA group (the generator's decode row), consecutive rows of one sequence with their causal
+// lengths (the trainer), or both. Rows are of one element type and stride, split into `num_runs`
+// runs of consecutive positions covering [0, longest len) in order (the trainer: one run per
+// sequence; the generator: one per KV page, the shared prefix's pages first). Each query gets
 // exactly the template's bits; rows are widened or decoded to FP32 exactly as they are read, once
-// for all heads. The AVX-512 path (attention_row_avx512.cc) computes the same bits: each lane of
+// for all queries. The AVX-512 path (attention_row_avx512.cc) computes the same bits: each lane of
 // its dot products, softmax sums and output sums keeps the scalar order.
+void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
+                          int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                          Isa isa = Isa::kAuto);
+
+// `heads` queries of one row, all of length len: head h reads q + h * q_stride and writes
+// out + h * out_stride and probs[h * probs_stride + j].
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
-                        int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len, int64_t D,
-                        int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa = Isa::kAuto);
+                        int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
+                        int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                        Isa isa = Isa::kAuto);
 
 // One head.
 inline void attention_row_kv(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
@@ -90,9 +106,9 @@ inline void attention_row_kv(float* out, float* probs, const float* q, const Att
 }
 
 namespace detail {
-void attention_group_kv_avx512(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
-                               int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
-                               int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale);
+void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
+                                 int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                 float value_scale);
 }  // namespace detail
 
 }  // namespace fp8rl

@@ -9,9 +9,10 @@
 //          position in order, then the template's tree.
 //   output: lane d sums p[j] * v_j[d] over j in order (one FMA per term), then * value_scale.
 // Rows are widened (BF16) or decoded (E4M3, the codec's table decoder) to exact FP32 as they are
-// loaded. The query heads of a group share the pass: a block of narrow key rows is widened once
-// into a per-thread buffer and scored for each head; value rows are widened once per key and
-// summed into two heads' accumulators at a time.
+// loaded. The queries share the pass (the heads of a GQA group, consecutive rows of a sequence): a
+// block of 16 key rows is widened once (narrow rows, into a per-thread buffer) and scored for
+// every query while it is in L1; value rows are widened once per key and summed into up to four
+// queries' accumulators at a time, each query stopping at its own length.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -111,6 +112,11 @@ inline __m512 score_block(const float* rows, int64_t ld, int64_t n, const float*
   for (int64_t c = 0; c * 16 < D; ++c) {
     const __mmask16 m = chunk_mask(D, c);
     const __m512 qc = _mm512_maskz_loadu_ps(m, q + 16 * c);
+    if (n == 16) {  // the common case, without a mask per row (lanes past D add 0 * 0 to +0)
+      for (int i = 0; i < 16; ++i)
+        acc[i] = _mm512_fmadd_ps(qc, _mm512_maskz_loadu_ps(m, rows + i * ld + 16 * c), acc[i]);
+      continue;
+    }
     for (int i = 0; i < 16; ++i) {
       const __mmask16 mi = i < n ? m : __mmask16(0);
       acc[i] = _mm512_mask3_fmadd_ps(qc, _mm512_maskz_loadu_ps(mi, rows + i * ld + 16 * c), acc[i], mi);
@@ -119,38 +125,45 @@ inline __m512 score_block(const float* rows, int64_t ld, int64_t n, const float*
   return _mm512_mul_ps(reduce_tree16(acc), scale);
 }
 
-// out_h[16 c0 .. 16 (c0 + NC)) for H heads (NC <= 4 chunks): each value row is widened once
-// and accumulated into every head's sums, lane by lane in position order.
+// out[16 c0 .. 16 (c0 + NC)) of H queries (NC <= 4 chunks): each value row is widened once and
+// accumulated into every query that attends to it, lane by lane in position order.
 template <KvElement E, int H, int NC>
-void value_pass(float* out, int64_t out_stride, const float* probs, int64_t probs_stride, const AttentionRows* runs,
-                int num_runs, int64_t row_bytes, int64_t D, int64_t c0, float value_scale,
-                const avx512::E4m3Decoder& dec) {
+void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_runs, int64_t row_bytes, int64_t D,
+                int64_t c0, float value_scale, const avx512::E4m3Decoder& dec) {
   __m512 acc[H][4];
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
+  int64_t shortest = qs[0].len, longest = qs[0].len;
+  for (int h = 1; h < H; ++h) shortest = std::min(shortest, qs[h].len), longest = std::max(longest, qs[h].len);
   int64_t j = 0;
-  for (int s = 0; s < num_runs; ++s) {
+  for (int s = 0; s < num_runs && j < longest; ++s) {
     const auto* v = static_cast<const uint8_t*>(runs[s].v);
-    for (int64_t i = 0; i < runs[s].rows; ++i, ++j) {
-      __m512 p[H];
-      for (int h = 0; h < H; ++h) p[h] = _mm512_set1_ps(probs[h * probs_stride + j]);
+    for (int64_t i = 0; i < runs[s].rows && j < longest; ++i, ++j) {
       __m512 vc[4];
       load_chunks<E, NC>(v + i * row_bytes, c0, D, dec, vc);
-      for (int c = 0; c < NC; ++c)
-        for (int h = 0; h < H; ++h) acc[h][c] = _mm512_fmadd_ps(p[h], vc[c], acc[h][c]);
+      if (j < shortest) {  // every query attends to j
+        __m512 p[H];
+        for (int h = 0; h < H; ++h) p[h] = _mm512_set1_ps(qs[h].probs[j]);
+        for (int c = 0; c < NC; ++c)
+          for (int h = 0; h < H; ++h) acc[h][c] = _mm512_fmadd_ps(p[h], vc[c], acc[h][c]);
+      } else {  // the longer queries' last positions
+        for (int h = 0; h < H; ++h)
+          if (j < qs[h].len)
+            for (int c = 0; c < NC; ++c) acc[h][c] = _mm512_fmadd_ps(_mm512_set1_ps(qs[h].probs[j]), vc[c], acc[h][c]);
+      }
     }
   }
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < NC; ++c) {
       __m512 o = acc[h][c];
       if (value_scale != 1.0f) o = _mm512_mul_ps(o, _mm512_set1_ps(value_scale));
-      _mm512_mask_storeu_ps(out + h * out_stride + 16 * (c0 + c), chunk_mask(D, c0 + c), o);
+      _mm512_mask_storeu_ps(qs[h].out + 16 * (c0 + c), chunk_mask(D, c0 + c), o);
     }
 }
 
-// fn(std::integral_constant<int, min(left, 4)>): the chunk count of a pass as a constant.
+// fn(std::integral_constant<int, min(left, 4)>): a chunk or query count of a pass as a constant.
 template <typename Fn>
-inline void with_chunk_count(int64_t left, const Fn& fn) {
+inline void with_count_up_to_4(int64_t left, const Fn& fn) {
   if (left >= 4) return fn(std::integral_constant<int, 4>{});
   if (left == 3) return fn(std::integral_constant<int, 3>{});
   if (left == 2) return fn(std::integral_constant<int, 2>{});
@@ -158,31 +171,31 @@ inline void with_chunk_count(int64_t left, const Fn& fn) {
 }
 
 template <KvElement E>
-void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
-                           int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
-                           int64_t D, int64_t stride, float score_scale, float value_scale) {
+void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
+                             int64_t D, int64_t stride, float score_scale, float value_scale) {
   constexpr int64_t kBytes = E == KvElement::kF32 ? 4 : E == KvElement::kBF16 ? 2 : 1;
   const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
   const avx512::E4m3Decoder dec;
+  int64_t longest = 0;
+  for (int i = 0; i < num_queries; ++i) longest = std::max(longest, qs[i].len);
   // Narrow (BF16, E4M3) key rows are widened once per block of 16 into FP32 rows, scored for
-  // every head from there; FP32 rows are scored in place.
+  // every query from there; FP32 rows are scored in place.
   const int64_t padded = chunks * 16;
   thread_local std::vector<float> kbuf;  // grows once per thread, never zeroed again
   if (kbuf.size() < static_cast<size_t>(16 * padded)) kbuf.resize(static_cast<size_t>(16 * padded));
   int64_t j = 0;
-  for (int s = 0; s < num_runs; ++s) {
+  for (int s = 0; s < num_runs && j < longest; ++s) {
     const auto* k = static_cast<const uint8_t*>(runs[s].k);
-    for (int64_t i0 = 0; i0 < runs[s].rows; i0 += 16) {
+    for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
       const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
-      const __mmask16 keys = static_cast<__mmask16>((1u << n) - 1);
       const float* rows = reinterpret_cast<const float*>(k + i0 * row_bytes);
       int64_t ld = stride;
       if constexpr (E != KvElement::kF32) {
         float* wide_rows = kbuf.data();
         for (int64_t i = 0; i < n; ++i)
           for (int64_t c0 = 0; c0 < chunks; c0 += 4)
-            with_chunk_count(chunks - c0, [&](auto nc) {
+            with_count_up_to_4(chunks - c0, [&](auto nc) {
               __m512 wide[4];
               load_chunks<E, nc>(k + (i0 + i) * row_bytes, c0, D, dec, wide);
               for (int c = 0; c < nc; ++c) _mm512_storeu_ps(wide_rows + i * padded + 16 * (c0 + c), wide[c]);
@@ -190,39 +203,40 @@ void attention_group_typed(float* out, int64_t out_stride, float* probs, int64_t
         rows = wide_rows;
         ld = padded;
       }
-      for (int64_t h = 0; h < heads; ++h)
-        _mm512_mask_storeu_ps(probs + h * probs_stride + j, keys, score_block(rows, ld, n, q + h * q_stride, D, scale));
+      for (int q = 0; q < num_queries; ++q) {
+        if (qs[q].len <= j) continue;
+        const int64_t nq = std::min(n, qs[q].len - j);  // the keys this query sees
+        _mm512_mask_storeu_ps(qs[q].probs + j, static_cast<__mmask16>((1u << nq) - 1),
+                              score_block(rows, ld, nq, qs[q].q, D, scale));
+      }
       j += n;
     }
   }
-  for (int64_t h = 0; h < heads; ++h) softmax(probs + h * probs_stride, len);
-  for (int64_t h = 0; h < heads; h += 2)
-    for (int64_t c0 = 0; c0 < chunks; c0 += 4)
-      with_chunk_count(chunks - c0, [&](auto nc) {
-        float* o = out + h * out_stride;
-        const float* p = probs + h * probs_stride;
-        if (heads - h >= 2)
-          value_pass<E, 2, nc>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, value_scale, dec);
-        else
-          value_pass<E, 1, nc>(o, out_stride, p, probs_stride, runs, num_runs, row_bytes, D, c0, value_scale, dec);
-      });
+  for (int q = 0; q < num_queries; ++q) softmax(qs[q].probs, qs[q].len);
+  for (int q = 0; q < num_queries; q += 4)
+    with_count_up_to_4(num_queries - q, [&](auto h) {
+      for (int64_t c0 = 0; c0 < chunks; c0 += 4)
+        with_count_up_to_4(chunks - c0, [&](auto nc) {
+          value_pass<E, h, nc>(qs + q, runs, num_runs, row_bytes, D, c0, value_scale, dec);
+        });
+    });
 }
 
 }  // namespace
 
-void attention_group_kv_avx512(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
-                               int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
-                               int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale) {
+void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
+                                 int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                 float value_scale) {
   switch (element) {
     case KvElement::kF32:
-      return attention_group_typed<KvElement::kF32>(out, out_stride, probs, probs_stride, q, q_stride, heads, runs,
-                                                    num_runs, len, D, stride, score_scale, value_scale);
+      return attention_queries_typed<KvElement::kF32>(queries, num_queries, runs, num_runs, D, stride, score_scale,
+                                                      value_scale);
     case KvElement::kBF16:
-      return attention_group_typed<KvElement::kBF16>(out, out_stride, probs, probs_stride, q, q_stride, heads, runs,
-                                                     num_runs, len, D, stride, score_scale, value_scale);
+      return attention_queries_typed<KvElement::kBF16>(queries, num_queries, runs, num_runs, D, stride, score_scale,
+                                                       value_scale);
     case KvElement::kE4M3:
-      return attention_group_typed<KvElement::kE4M3>(out, out_stride, probs, probs_stride, q, q_stride, heads, runs,
-                                                     num_runs, len, D, stride, score_scale, value_scale);
+      return attention_queries_typed<KvElement::kE4M3>(queries, num_queries, runs, num_runs, D, stride, score_scale,
+                                                       value_scale);
   }
 }
 

@@ -51,9 +51,10 @@ float amax_rows(const float* x, int64_t width, const std::vector<int32_t>& real_
 }
 
 // Causal attention over the prefix layout of qkv_amax(): row n attends to the rows
-// context[context_begin[n] .. context_begin[n + 1]). Each (row, head) goes through attention_row
-// with the arguments attention_forward gives it, so a row gets attention_forward's bits whenever
-// its context holds the same q/k/v rows in the same order.
+// context[context_begin[n] .. context_begin[n + 1]). The context, cut into runs of consecutive
+// rows, goes through attention_group_kv with the arguments attention_forward gives it (the query
+// heads of a kv head together), so a row gets attention_forward's bits whenever its context holds
+// the same q/k/v rows in the same order.
 //   o, q [N, Hq*D]      k, v [N, Hkv*D]
 void prefix_attention_forward(float* o, const float* q, const float* k, const float* v,
                               const std::vector<int64_t>& context_begin, const std::vector<int32_t>& context,
@@ -62,17 +63,23 @@ void prefix_attention_forward(float* o, const float* q, const float* k, const fl
   const int64_t N = static_cast<int64_t>(context_begin.size()) - 1, ldq = Hq * D, ldkv = Hkv * D, group = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   kernel_thread_pool().parallel_for((N + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
-    std::vector<float> scratch(static_cast<size_t>(D)), probs;
+    std::vector<float> probs;
+    std::vector<AttentionRows> runs;
     for (int64_t n = task * kRowsPerTask; n < std::min(N, (task + 1) * kRowsPerTask); ++n) {
       const int32_t* ctx = context.data() + context_begin[static_cast<size_t>(n)];
       const int64_t len = context_begin[static_cast<size_t>(n) + 1] - context_begin[static_cast<size_t>(n)];
-      probs.resize(static_cast<size_t>(len));
-      for (int64_t h = 0; h < Hq; ++h) {
-        const int64_t g = h / group;
-        attention_row(
-            o + n * ldq + h * D, probs.data(), q + n * ldq + h * D, len, D, scale, 1.0f,
-            [&](int64_t j, float*) { return k + ctx[j] * ldkv + g * D; },
-            [&](int64_t j, float*) { return v + ctx[j] * ldkv + g * D; }, scratch.data());
+      probs.resize(static_cast<size_t>(group * len));
+      for (int64_t g = 0; g < Hkv; ++g) {
+        runs.clear();
+        for (int64_t j = 0; j < len; ++j) {
+          if (j > 0 && ctx[j] == ctx[j - 1] + 1) {
+            ++runs.back().rows;
+          } else {
+            runs.push_back({k + ctx[j] * ldkv + g * D, v + ctx[j] * ldkv + g * D, 1});
+          }
+        }
+        attention_group_kv(o + n * ldq + g * group * D, D, probs.data(), len, q + n * ldq + g * group * D, D, group,
+                           runs.data(), static_cast<int>(runs.size()), len, D, ldkv, KvElement::kF32, scale, 1.0f);
       }
     }
   });

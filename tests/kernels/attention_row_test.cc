@@ -135,6 +135,48 @@ TEST(AttentionRow, GroupOfHeadsGivesEachHeadsSingleRowBits) {
   }
 }
 
+// Queries of different lengths over the same rows (the trainer's consecutive causal rows, several
+// heads each; more than the four a value pass takes at once): each gets its single-row bits.
+TEST(AttentionRow, QueriesOfDifferentLengthsGiveEachQuerysSingleRowBits) {
+  for (const int64_t D : {64, 24}) {
+    const int64_t rows = 45, stride = 80, queries_n = 11;
+    std::vector<float> k(static_cast<size_t>(rows * stride)), v(k.size()), q(static_cast<size_t>(queries_n * D));
+    fill_normal(k.data(), rows * stride, 0.0f, 2.0f, 10, 1);
+    fill_normal(v.data(), rows * stride, 0.0f, 1.0f, 10, 2);
+    fill_normal(q.data(), queries_n * D, 0.0f, 2.0f, 10, 3);
+    for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3}) {
+      const std::vector<uint8_t> kr = store_as(element, k), vr = store_as(element, v);
+      const int64_t row_bytes = stride * kv_element_bytes(element);
+      const AttentionRows runs[] = {{kr.data(), vr.data(), 17},
+                                    {kr.data() + 17 * row_bytes, vr.data() + 17 * row_bytes, rows - 17}};
+      for (Isa isa : testing::available_isas()) {
+        std::vector<float> out(static_cast<size_t>(queries_n * D), 7.0f),
+            p(static_cast<size_t>(queries_n * rows), 7.0f);
+        std::vector<AttentionQuery> queries;
+        for (int64_t i = 0; i < queries_n; ++i)  // lengths 45, 44, ..., 35 (out of order on purpose)
+          queries.push_back({q.data() + i * D, out.data() + i * D, p.data() + i * rows, rows - (i * 7) % queries_n});
+        attention_queries_kv(queries.data(), static_cast<int>(queries.size()), runs, 2, D, stride, element, 0.125f,
+                             0.5f, isa);
+        for (const AttentionQuery& a : queries) {
+          std::vector<AttentionRows> own = {runs[0], runs[1]};
+          own[1].rows = a.len - 17;
+          std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(a.len));
+          attention_row_kv(want.data(), want_p.data(), a.q, own.data(), 2, a.len, D, stride, element, 0.125f, 0.5f,
+                           Isa::kPortable);
+          const std::string what = std::string(isa_name(isa)) + " element " +
+                                   std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) + " len " +
+                                   std::to_string(a.len);
+          EXPECT_EQ(0, std::memcmp(a.out, want.data(), want.size() * 4)) << what;
+          EXPECT_EQ(0, std::memcmp(a.probs, want_p.data(), want_p.size() * 4)) << what;
+          if (a.len < rows) {
+            EXPECT_EQ(a.probs[a.len], 7.0f) << what << ": wrote past len";
+          }
+        }
+      }
+    }
+  }
+}
+
 // Every E4M3 code (NaN included) reads as its exact value: with one key, p = 1 and the output is
 // the value row itself.
 TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
@@ -161,7 +203,7 @@ TEST(AttentionRow, RunsMustCoverTheRow) {
   const AttentionRows one{k.data(), v.data(), 1};
   const std::string message = testing::error_message(
       [&] { attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 2, 16, 16, KvElement::kF32, 1.0f, 1.0f); });
-  EXPECT_NE(message.find("the runs hold 1 positions, the row attends to 2"), std::string::npos) << message;
+  EXPECT_NE(message.find("the runs hold 1 positions, the longest query attends to 2"), std::string::npos) << message;
 }
 
 }  // namespace
