@@ -29,6 +29,9 @@ FP8RL_AVX512_BEGIN
 namespace fp8rl::detail {
 namespace {
 
+template <KvElement E>
+inline constexpr int64_t kElementBytes = E == KvElement::kF32 ? 4 : E == KvElement::kBF16 ? 2 : 1;
+
 inline __mmask16 chunk_mask(int64_t D, int64_t c) {
   const int64_t left = D - 16 * c;
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
@@ -58,6 +61,16 @@ inline void load_chunks(const uint8_t* row, int64_t c0, int64_t D, const avx512:
             avx512::bf16_decode16(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + 16 * (c0 + c)));
     }
   }
+}
+
+// Requests the first min(n, 16) rows of a run (their D elements) into L1 ahead of their use: a
+// long context's rows come from DRAM page by page (16 positions per KV page), where the hardware
+// prefetchers do not run ahead across pages.
+template <int64_t kBytes>
+inline void prefetch_rows(const void* first, int64_t n, int64_t row_bytes, int64_t D) {
+  const auto* p = static_cast<const char*>(first);
+  for (int64_t r = 0; r < std::min<int64_t>(n, 16); ++r)
+    for (int64_t b = 0; b < D * kBytes; b += 64) _mm_prefetch(p + r * row_bytes + b, _MM_HINT_T0);
 }
 
 // attention_softmax(p, len, max of p) 16 positions at a time: lane l sums the exps of positions
@@ -138,7 +151,10 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   int64_t j = 0;
   for (int s = 0; s < num_runs && j < longest; ++s) {
     const auto* v = static_cast<const uint8_t*>(runs[s].v);
+    if (s + 1 < num_runs) prefetch_rows<kElementBytes<E>>(runs[s + 1].v, runs[s + 1].rows, row_bytes, D);
     for (int64_t i = 0; i < runs[s].rows && j < longest; ++i, ++j) {
+      if (i % 16 == 0 && i + 16 < runs[s].rows)
+        prefetch_rows<kElementBytes<E>>(v + (i + 16) * row_bytes, runs[s].rows - i - 16, row_bytes, D);
       __m512 vc[4];
       load_chunks<E, NC>(v + i * row_bytes, c0, D, dec, vc);
       if (j < shortest) {  // every query attends to j
@@ -173,7 +189,7 @@ inline void with_count_up_to_4(int64_t left, const Fn& fn) {
 template <KvElement E>
 void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
                              int64_t D, int64_t stride, float score_scale, float value_scale) {
-  constexpr int64_t kBytes = E == KvElement::kF32 ? 4 : E == KvElement::kBF16 ? 2 : 1;
+  constexpr int64_t kBytes = kElementBytes<E>;
   const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
   const avx512::E4m3Decoder dec;
@@ -189,6 +205,11 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     const auto* k = static_cast<const uint8_t*>(runs[s].k);
     for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
       const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
+      if (i0 + 16 < runs[s].rows) {  // the next block of keys
+        prefetch_rows<kBytes>(k + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16, row_bytes, D);
+      } else if (s + 1 < num_runs) {
+        prefetch_rows<kBytes>(runs[s + 1].k, runs[s + 1].rows, row_bytes, D);
+      }
       const float* rows = reinterpret_cast<const float*>(k + i0 * row_bytes);
       int64_t ld = stride;
       if constexpr (E != KvElement::kF32) {
