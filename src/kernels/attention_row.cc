@@ -22,15 +22,6 @@ void attention_softmax(float* p, int64_t len, float max) {
   for (int64_t j = 0; j < len; ++j) p[j] *= inv;
 }
 
-int64_t kv_element_bytes(KvElement e) {
-  switch (e) {
-    case KvElement::kF32: return 4;
-    case KvElement::kBF16: return 2;
-    case KvElement::kE4M3: return 1;
-  }
-  return 0;
-}
-
 void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
                           int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
   int64_t covered = 0, longest = 0;

@@ -29,9 +29,6 @@ FP8RL_AVX512_BEGIN
 namespace fp8rl::detail {
 namespace {
 
-template <KvElement E>
-inline constexpr int64_t kElementBytes = E == KvElement::kF32 ? 4 : E == KvElement::kBF16 ? 2 : 1;
-
 inline __mmask16 chunk_mask(int64_t D, int64_t c) {
   const int64_t left = D - 16 * c;
   return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
@@ -151,10 +148,10 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   int64_t j = 0;
   for (int s = 0; s < num_runs && j < longest; ++s) {
     const auto* v = static_cast<const uint8_t*>(runs[s].v);
-    if (s + 1 < num_runs) prefetch_rows<kElementBytes<E>>(runs[s + 1].v, runs[s + 1].rows, row_bytes, D);
+    if (s + 1 < num_runs) prefetch_rows<kv_element_bytes(E)>(runs[s + 1].v, runs[s + 1].rows, row_bytes, D);
     for (int64_t i = 0; i < runs[s].rows && j < longest; ++i, ++j) {
       if (i % 16 == 0 && i + 16 < runs[s].rows)
-        prefetch_rows<kElementBytes<E>>(v + (i + 16) * row_bytes, runs[s].rows - i - 16, row_bytes, D);
+        prefetch_rows<kv_element_bytes(E)>(v + (i + 16) * row_bytes, runs[s].rows - i - 16, row_bytes, D);
       __m512 vc[4];
       load_chunks<E, NC>(v + i * row_bytes, c0, D, dec, vc);
       if (j < shortest) {  // every query attends to j
@@ -189,7 +186,7 @@ inline void with_count_up_to_4(int64_t left, const Fn& fn) {
 template <KvElement E>
 void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
                              int64_t D, int64_t stride, float score_scale, float value_scale) {
-  constexpr int64_t kBytes = kElementBytes<E>;
+  constexpr int64_t kBytes = kv_element_bytes(E);
   const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
   const avx512::E4m3Decoder dec;
