@@ -60,9 +60,7 @@ void attention_row(float* out, float* probs, const float* q, int64_t len, int64_
 // pages). E4M3 rows hold the codes of k / k_scale and v / v_scale; the scales go into score_scale
 // and value_scale, so the row values are the codes' exact E4M3 values.
 enum class KvElement : uint8_t { kF32, kBF16, kE4M3 };
-constexpr int64_t kv_element_bytes(KvElement e) {
-  return e == KvElement::kF32 ? 4 : e == KvElement::kBF16 ? 2 : 1;
-}
+constexpr int64_t kv_element_bytes(KvElement e) { return e == KvElement::kF32 ? 4 : e == KvElement::kBF16 ? 2 : 1; }
 
 // A run of consecutive positions: row i at k + i * stride elements (v likewise).
 struct AttentionRows {
