@@ -60,14 +60,14 @@ inline void load_chunks(const uint8_t* row, int64_t c0, int64_t D, const avx512:
   }
 }
 
-// Requests the first min(n, 16) rows of a run (their D elements) into L1 ahead of their use: a
+// Requests the first min(n, 16) rows of a run (their D elements) into L2 ahead of their use: a
 // long context's rows come from DRAM page by page (16 positions per KV page), where the hardware
 // prefetchers do not run ahead across pages.
 template <int64_t kBytes>
 inline void prefetch_rows(const void* first, int64_t n, int64_t row_bytes, int64_t D) {
   const auto* p = static_cast<const char*>(first);
   for (int64_t r = 0; r < std::min<int64_t>(n, 16); ++r)
-    for (int64_t b = 0; b < D * kBytes; b += 64) _mm_prefetch(p + r * row_bytes + b, _MM_HINT_T0);
+    for (int64_t b = 0; b < D * kBytes; b += 64) _mm_prefetch(p + r * row_bytes + b, _MM_HINT_T1);
 }
 
 // attention_softmax(p, len, max of p) 16 positions at a time: lane l sums the exps of positions
