@@ -118,10 +118,6 @@ void run(const GemvTarget* targets, int num_targets, const PackedActivations& x,
 
 }  // namespace
 
-int64_t PackedGemvWeights::strip_bytes() const {
-  return type == GemvWeightType::kFP8 ? ceil_div(cols, 4) * 64 : ceil_div(cols, 2) * 64;
-}
-
 void pack_gemv_weights_bf16(const bf16_t* W, int64_t N, int64_t K, int64_t ldw, PackedGemvWeights& out,
                             const GemvOptions& options) {
   FP8RL_CHECK(ldw >= K, "gemv weights: ldw {} < K {}", ldw, K);

@@ -44,7 +44,9 @@ struct PackedGemvWeights {
   AlignedBuffer<uint8_t> data;   // the strips, see above
   AlignedBuffer<float> scales;   // FP8: [ceil(N/128)][ceil(K/128)]
   int64_t strips() const { return (rows + kGemvStrip - 1) / kGemvStrip; }
-  int64_t strip_bytes() const;   // bytes of one strip
+  int64_t strip_bytes() const {  // bytes of one strip
+    return type == GemvWeightType::kFP8 ? (cols + 3) / 4 * 64 : (cols + 1) / 2 * 64;
+  }
   int64_t weight_bytes() const { return static_cast<int64_t>(data.size()); }
 };
 

@@ -88,12 +88,13 @@ void decode_fp8_tile(const uint8_t* strip, int64_t code_chunks, int64_t c, const
 
 void bf16_group(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s, int S) {
   const int64_t pairs = (W.cols + 1) / 2, chunks = (pairs + kChunkPairs - 1) / kChunkPairs;
+  const int64_t strip_bytes = W.strip_bytes();
   alignas(64) uint8_t scratch[kTileBytes];
   alignas(64) float out[16 * 16];
   zero_accumulators();
   for (int64_t c = 0; c < chunks; ++c) {
     _tile_loadd(4, x.tiles.data() + c * 256, 64);
-    for (int i = 0; i < S; ++i) dot_strip(i, bf16_tile(W.data.data() + (s + i) * W.strip_bytes(), pairs, c, scratch));
+    for (int i = 0; i < S; ++i) dot_strip(i, bf16_tile(W.data.data() + (s + i) * strip_bytes, pairs, c, scratch));
   }
   for (int i = 0; i < S; ++i) {
     store_accumulator(i, out);
@@ -104,7 +105,7 @@ void bf16_group(const PackedGemvWeights& W, const PackedActivations& x, const Ge
 void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s, int S,
                const avx512::E4m3Decoder& dec) {
   const int64_t K = W.cols, pairs = (K + 1) / 2, chunks = (pairs + kChunkPairs - 1) / kChunkPairs;
-  const int64_t code_chunks = (K + 3) / 4, slices = (K + kQuantBlock - 1) / kQuantBlock;
+  const int64_t code_chunks = (K + 3) / 4, slices = (K + kQuantBlock - 1) / kQuantBlock, strip_bytes = W.strip_bytes();
   constexpr int64_t kSliceChunks = kQuantBlock / (2 * kChunkPairs);
   // kAhead + 1 sets of B buffers, one tile per strip: chunk c + kAhead is decoded while the tile
   // loads of chunk c read an older set (a tile load waits until the stores it reads have
@@ -121,8 +122,8 @@ void fp8_group(const PackedGemvWeights& W, const PackedActivations& x, const Gem
   constexpr int64_t kPrefetch = 4;
   auto decode = [&](int64_t c) {
     for (int i = 0; i < S; ++i) {
-      const uint8_t* strip = W.data.data() + (s + i) * W.strip_bytes();
-      if ((c + kPrefetch + 1) * kFp8TileBytes <= W.strip_bytes())
+      const uint8_t* strip = W.data.data() + (s + i) * strip_bytes;
+      if ((c + kPrefetch + 1) * kFp8TileBytes <= strip_bytes)
         for (int64_t line = 0; line < kFp8TileBytes; line += 64)
           _mm_prefetch(reinterpret_cast<const char*>(strip + (c + kPrefetch) * kFp8TileBytes + line), _MM_HINT_T0);
       decode_fp8_tile(strip, code_chunks, c, dec, b[c % (kAhead + 1)][i]);

@@ -162,7 +162,9 @@ TEST(Gemv, NonInvariantSingleRowsRunTheAvx512KernelsOnAmxMachines) {
       const std::string what = std::string(W == &wb ? "bf16" : "fp8") + " W, M=" + std::to_string(M);
       EXPECT_EQ(fast, run(M == 1 ? Isa::kAvx512 : Isa::kAmx, true)) << what;
       EXPECT_EQ(run(Isa::kAmx, true), run(Isa::kAuto, true)) << what;
-      if (M == 1) EXPECT_NE(fast, run(Isa::kAmx, true)) << what << ": the tile path's bits differ";
+      if (M == 1) {
+        EXPECT_NE(fast, run(Isa::kAmx, true)) << what << ": the tile path's bits differ";
+      }
     }
 }
 
