@@ -28,6 +28,20 @@ constexpr int64_t kChunk = int64_t{1} << 16;
 
 int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
+// The AdamW update of n elements (the arrays do not overlap, which lets the loop vectorize).
+struct AdamWStep {
+  float b1, b2, step_size, inv_sqrt_bias2, eps, decay;
+};
+void adamw_update(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
+                  const AdamWStep& k) {
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = k.b1 * m[i] + (1.0f - k.b1) * g[i];
+    v[i] = k.b2 * v[i] + (1.0f - k.b2) * g[i] * g[i];
+    // Decoupled decay (Loshchilov & Hutter): p <- p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)
+    p[i] = p[i] * k.decay - k.step_size * m[i] / (std::sqrt(v[i]) * k.inv_sqrt_bias2 + k.eps);
+  }
+}
+
 }  // namespace
 
 double global_grad_norm(const float* grads, int64_t n) {
@@ -70,16 +84,9 @@ double AdamW::step(float* params, float* grads, double lr) {
   kernel_thread_pool().parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t task) {
     const auto [t, c] = tasks[static_cast<size_t>(task)];
     const float decay = t->decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
-    float* p = params + t->offset;
-    const float* g = grads + t->offset;
-    float* m = m_.data() + t->offset;
-    float* v = v_.data() + t->offset;
-    for (int64_t i = c * kChunk; i < std::min(t->shape.numel(), (c + 1) * kChunk); ++i) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      // Decoupled decay (Loshchilov & Hutter): p <- p (1 - lr wd) - lr m_hat / (sqrt(v_hat) + eps)
-      p[i] = p[i] * decay - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_bias2 + eps);
-    }
+    const int64_t begin = t->offset + c * kChunk, end = t->offset + std::min(t->shape.numel(), (c + 1) * kChunk);
+    adamw_update(params + begin, grads + begin, m_.data() + begin, v_.data() + begin, end - begin,
+                 {b1, b2, step_size, inv_sqrt_bias2, eps, decay});
   });
   return norm;
 }
