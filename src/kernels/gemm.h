@@ -28,8 +28,8 @@ struct GemmOptions {
   Isa isa = Isa::kAuto;
   int threads = 0;  // 0: hardware_threads() (core/thread_pool.h); results are the same for any count
   // Restricts the choice of path to those whose rows are bit-identical to the decode GEMV's
-  // (kernels/gemv.h) for the same inputs and ISA. Every current path already is; the option
-  // exists so that a faster non-invariant path (AMX tiles) can never be picked silently.
+  // (kernels/gemv.h) for the same inputs and ISA. Every current GEMM path already is; the option
+  // exists so that a future non-invariant one (a split-K, say) can never be picked silently.
   bool batch_invariant = false;
   // C is rounded to BF16 values (bf16_round_f32's bits) tile by tile, as each register tile of C
   // is finished and still in cache, instead of in a pass over C afterwards. With `accumulate`,
