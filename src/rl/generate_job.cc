@@ -20,6 +20,7 @@ void run_generate_job(const GenerateJobOptions& o) {
   load_model_weights(o.checkpoint, trainer);
   EngineOptions eo;
   eo.kv_dtype = parse_kv_dtype(o.kv_cache_dtype.c_str());
+  eo.batch_invariant = o.batch_invariant;
   GenerationEngine engine(config, policy, eo);
   refit_generator_weights(trainer, engine);
   std::vector<int32_t> prompt = {tok.bos()};

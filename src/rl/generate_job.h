@@ -18,6 +18,7 @@ struct GenerateJobOptions {
   uint64_t seed = 1;
   std::string precision = "bf16";       // generator linears: bf16 | fp8
   std::string kv_cache_dtype = "bf16";  // bf16 | fp8
+  bool batch_invariant = true;          // EngineOptions::batch_invariant
 };
 
 void run_generate_job(const GenerateJobOptions& options);
