@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   generate->add_option("--precision", gen.precision, "generator linears")->check(CLI::IsMember({"bf16", "fp8"}));
   generate->add_option("--kv-cache-dtype", gen.kv_cache_dtype, "KV cache")->check(CLI::IsMember({"bf16", "fp8"}));
   generate->add_flag("!--no-batch-invariant", gen.batch_invariant,
-                     "a lone sample may decode on a faster path whose bits differ from the trainer's in the last place");
+                     "a lone sample may decode on a faster path (bits differ from the trainer's in the last place)");
 
   CLI11_PARSE(app, argc, argv);
   try {
