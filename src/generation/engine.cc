@@ -186,10 +186,10 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
     // W8A8: activations quantized 1x128 per row, exactly as the trainer's FP8 forward does (the
     // rows are independent, so all R at once for the GEMM, 16 at a time for the GEMV).
     const int64_t step = use_gemm ? R : kGemvMaxRows;
-    QuantizedTensor xq;
+    QuantizedTensor xq(ScalingMode::kRows1x128, std::min(step, R), K, policy_.activation_scale_format, false);
     for (int64_t r0 = 0; r0 < R; r0 += step) {
       const int64_t m = std::min(step, R - r0);
-      if (xq.rows() != m) xq = QuantizedTensor(ScalingMode::kRows1x128, m, K, policy_.activation_scale_format, false);
+      xq.reshape(m, K);  // the last group may be shorter; the storage is kept
       quantize_into(TensorView::contiguous(const_cast<float*>(x + r0 * K), DType::kF32, Shape{m, K}), xq);
       if (use_gemm) {
         for (const LinearCall* c : group)

@@ -24,12 +24,13 @@ void attention_softmax(float* p, int64_t len, float max) {
 
 void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
                           int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
+  FP8RL_CHECK(num_queries > 0, "attention_queries_kv: no queries");
   int64_t covered = 0, longest = 0;
   for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
-  for (int i = 0; i < num_queries; ++i) longest = std::max(longest, queries[i].len);
-  FP8RL_CHECK(num_queries > 0, "attention_queries_kv: no queries");
-  for (int i = 0; i < num_queries; ++i)
+  for (int i = 0; i < num_queries; ++i) {
     FP8RL_CHECK(queries[i].len > 0, "attention_queries_kv: query {} attends to {} positions", i, queries[i].len);
+    longest = std::max(longest, queries[i].len);
+  }
   FP8RL_CHECK(covered == longest, "attention_queries_kv: the runs hold {} positions, the longest query attends to {}",
               covered, longest);
   if (uses_avx512(resolve_isa(isa)))

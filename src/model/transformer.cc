@@ -64,20 +64,23 @@ void prefix_attention_forward(float* o, const float* q, const float* k, const fl
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   kernel_thread_pool().parallel_for((N + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
     std::vector<float> probs;
-    std::vector<AttentionRows> runs;
+    std::vector<AttentionRows> runs;  // kv head 0's; head g's are g * D further
     for (int64_t n = task * kRowsPerTask; n < std::min(N, (task + 1) * kRowsPerTask); ++n) {
       const int32_t* ctx = context.data() + context_begin[static_cast<size_t>(n)];
       const int64_t len = context_begin[static_cast<size_t>(n) + 1] - context_begin[static_cast<size_t>(n)];
       probs.resize(static_cast<size_t>(group * len));
-      for (int64_t g = 0; g < Hkv; ++g) {
-        runs.clear();
-        for (int64_t j = 0; j < len; ++j) {
-          if (j > 0 && ctx[j] == ctx[j - 1] + 1) {
-            ++runs.back().rows;
-          } else {
-            runs.push_back({k + ctx[j] * ldkv + g * D, v + ctx[j] * ldkv + g * D, 1});
-          }
+      runs.clear();
+      for (int64_t j = 0; j < len; ++j) {
+        if (j > 0 && ctx[j] == ctx[j - 1] + 1) {
+          ++runs.back().rows;
+        } else {
+          runs.push_back({k + ctx[j] * ldkv, v + ctx[j] * ldkv, 1});
         }
+      }
+      for (int64_t g = 0; g < Hkv; ++g) {
+        if (g > 0)
+          for (AttentionRows& run : runs)
+            run = {static_cast<const float*>(run.k) + D, static_cast<const float*>(run.v) + D, run.rows};
         attention_group_kv(o + n * ldq + g * group * D, D, probs.data(), len, q + n * ldq + g * group * D, D, group,
                            runs.data(), static_cast<int>(runs.size()), len, D, ldkv, KvElement::kF32, scale, 1.0f);
       }
