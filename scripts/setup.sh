@@ -9,6 +9,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   python3-numpy python3-torch           # test oracles, run with /usr/bin/python3
   libdnnl-dev                           # oneDNN: the peer in kernel benchmarks
+  ocl-icd-opencl-dev opencl-c-headers   # Debian's dnnl-config.cmake requires OpenCL to configure
 )
 
 missing=()

@@ -10,9 +10,10 @@
 
 namespace fp8rl::testing {
 
-// Every instruction-set path this CPU can run: portable always, AVX-512 where present.
+// Every instruction-set path this CPU can run: portable always, AVX2, AVX-512, AMX where present.
 inline std::vector<Isa> available_isas() {
   std::vector<Isa> isas = {Isa::kPortable};
+  if (cpu_features().has_avx2_kernels()) isas.push_back(Isa::kAvx2);
   if (cpu_features().has_avx512_kernels()) isas.push_back(Isa::kAvx512);
   if (cpu_features().has_amx_kernels()) isas.push_back(Isa::kAmx);
   return isas;

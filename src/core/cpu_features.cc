@@ -27,6 +27,7 @@ CpuFeatures detect() {
   if (osxsave) {
     const uint64_t xcr0 = read_xcr0();
     // Bits 1-2: SSE/AVX state; bits 5-7: opmask, upper ZMM0-15, ZMM16-31.
+    f.os_saves_ymm = (xcr0 & 0x6) == 0x6;
     f.os_saves_zmm = (xcr0 & 0xE6) == 0xE6;
     // Bits 17-18: AMX TILECFG and TILEDATA.
     f.os_saves_tiles = (xcr0 & 0x60000) == 0x60000;
@@ -77,6 +78,7 @@ std::string CpuFeatures::describe() const {
   add(amx_bf16, "amx_bf16");
   s += has_amx_kernels()      ? " (kernels: amx)"
        : has_avx512_kernels() ? " (kernels: avx512)"
+       : has_avx2_kernels()   ? " (kernels: avx2)"
                               : " (kernels: portable)";
   return s;
 }
@@ -86,7 +88,10 @@ namespace {
 // The best level of this CPU, capped by FP8RL_ISA.
 Isa best_isa() {
   const CpuFeatures& f = cpu_features();
-  Isa best = f.has_amx_kernels() ? Isa::kAmx : f.has_avx512_kernels() ? Isa::kAvx512 : Isa::kPortable;
+  Isa best = f.has_amx_kernels()      ? Isa::kAmx
+             : f.has_avx512_kernels() ? Isa::kAvx512
+             : f.has_avx2_kernels()   ? Isa::kAvx2
+                                      : Isa::kPortable;
   if (const char* env = std::getenv("FP8RL_ISA"); env != nullptr && *env != '\0') {
     const Isa cap = parse_isa(env, "environment variable FP8RL_ISA");
     if (cap != Isa::kAuto && static_cast<int>(cap) < static_cast<int>(best)) best = cap;
@@ -99,6 +104,8 @@ Isa best_isa() {
 Isa resolve_isa(Isa requested) {
   static const Isa best = best_isa();
   if (requested == Isa::kAuto) return best;
+  FP8RL_CHECK(requested != Isa::kAvx2 || cpu_features().has_avx2_kernels(),
+              "AVX2 kernels requested but this CPU lacks them: {}", cpu_features().describe());
   FP8RL_CHECK(requested != Isa::kAvx512 || cpu_features().has_avx512_kernels(),
               "AVX-512 kernels requested but this CPU lacks them: {}", cpu_features().describe());
   FP8RL_CHECK(requested != Isa::kAmx || cpu_features().has_amx_kernels(),
@@ -107,9 +114,9 @@ Isa resolve_isa(Isa requested) {
 }
 
 Isa parse_isa(const std::string& name, const std::string& what) {
-  for (Isa isa : {Isa::kAuto, Isa::kPortable, Isa::kAvx512, Isa::kAmx})
+  for (Isa isa : {Isa::kAuto, Isa::kPortable, Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
     if (name == isa_name(isa)) return isa;
-  FP8RL_CHECK(false, "{}: unknown instruction set \"{}\"; expected auto, portable, avx512 or amx", what, name);
+  FP8RL_CHECK(false, "{}: unknown instruction set \"{}\"; expected auto, portable, avx2, avx512 or amx", what, name);
   return Isa::kAuto;
 }
 
@@ -117,6 +124,7 @@ const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::kAuto: return "auto";
     case Isa::kPortable: return "portable";
+    case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kAmx: return "amx";
   }

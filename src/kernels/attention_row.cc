@@ -33,9 +33,22 @@ void attention_queries_kv(const AttentionQuery* queries, int num_queries, const 
   }
   FP8RL_CHECK(covered == longest, "attention_queries_kv: the runs hold {} positions, the longest query attends to {}",
               covered, longest);
-  if (uses_avx512(resolve_isa(isa)))
+  const Isa level = resolve_isa(isa);
+  if (uses_avx512(level))
     return detail::attention_queries_kv_avx512(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
                                                value_scale);
+  if (level == Isa::kAvx2)
+    return detail::attention_queries_kv_avx2(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
+                                             value_scale);
+  detail::attention_queries_kv_portable(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
+                                        value_scale);
+}
+
+namespace detail {
+
+void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
+                                   int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                   float value_scale) {
   const int64_t row_bytes = stride * kv_element_bytes(element);
   // Position j -> its run, found by walking forward (positions are visited in order); the row
   // is widened or decoded into `buf` unless it is FP32 already.
@@ -62,6 +75,8 @@ void attention_queries_kv(const AttentionQuery* queries, int num_queries, const 
     attention_row(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false), scratch.data());
   }
 }
+
+}  // namespace detail
 
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,

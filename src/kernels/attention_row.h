@@ -106,6 +106,14 @@ inline void attention_row_kv(float* out, float* probs, const float* q, const Att
 }
 
 namespace detail {
+// The paths of attention_queries_kv, after its checks: the portable one (attention_row with row
+// loaders), AVX2 (attention_row_avx2.cc) and AVX-512 (attention_row_avx512.cc).
+void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
+                                   int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                   float value_scale);
+void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
+                               int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                               float value_scale);
 void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                  int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
                                  float value_scale);

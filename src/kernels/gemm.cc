@@ -19,6 +19,7 @@ const gemm_detail::GemmBackend& backend_for(OperandType type, const GemmOptions&
     case Isa::kAmx:  // FP32 has no AMX path
       return type == OperandType::kF32 ? gemm_detail::gemm_backend_avx512(type) : gemm_detail::gemm_backend_amx(type);
     case Isa::kAvx512: return gemm_detail::gemm_backend_avx512(type);
+    case Isa::kAvx2: return gemm_detail::gemm_backend_avx2(type);
     default: return gemm_detail::gemm_backend_portable(type);
   }
 }
@@ -46,8 +47,10 @@ void run(OperandType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t 
   p.ldc = ldc;
   p.accumulate = accumulate;
   p.round_output_bf16 = options.round_output_bf16;
-  // Small FP32 products run unpacked on this thread, with the same bits (gemm_direct_avx512.cc).
-  if (uses_avx512(resolve_isa(options.isa)) && gemm_detail::gemm_direct_f32_avx512(p)) return;
+  // Small FP32 products run unpacked on this thread, with the same bits (gemm_direct_*.cc).
+  const Isa level = resolve_isa(options.isa);
+  if (uses_avx512(level) && gemm_detail::gemm_direct_f32_avx512(p)) return;
+  if (level == Isa::kAvx2 && gemm_detail::gemm_direct_f32_avx2(p)) return;
   gemm_detail::gemm_blocked(p, backend_for(type, options), options.threads);
 }
 

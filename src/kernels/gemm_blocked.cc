@@ -37,11 +37,13 @@ PackBuffers& thread_pack_buffers() {
 // Rounds rows x cols of c (row stride ld) to BF16 values, with bf16_round_f32's bits (called per
 // register tile, so without the codec's dispatch through the pool).
 void round_rows(float* c, int64_t ld, int64_t rows, int64_t cols) {
-  static const bool avx512 = uses_avx512(resolve_isa(Isa::kAuto));
+  static const Isa level = resolve_isa(Isa::kAuto);
   for (int64_t y = 0; y < rows; ++y) {
     float* row = c + y * ld;
-    if (avx512) {
+    if (uses_avx512(level)) {
       detail::bf16_round_f32_avx512(row, cols);
+    } else if (level == Isa::kAvx2) {
+      detail::bf16_round_f32_avx2(row, cols);
     } else {
       for (int64_t x = 0; x < cols; ++x) row[x] = bf16_to_f32(f32_to_bf16(row[x]));
     }

@@ -80,6 +80,8 @@ void gemm_blocked(const GemmProblem& problem, const GemmBackend& backend, int th
 // the CPU has AVX-512 BF16 (resolve_isa() said kAvx512).
 const GemmBackend& gemm_backend_portable(OperandType type);
 const GemmBackend& gemm_backend_avx512(OperandType type);
+// AVX2 + FMA (resolve_isa() said kAvx2).
+const GemmBackend& gemm_backend_avx2(OperandType type);
 // AMX (resolve_isa() said kAmx): BF16 and FP8 only; FP32 stays on the AVX-512 back-end.
 const GemmBackend& gemm_backend_amx(OperandType type);
 
@@ -87,5 +89,8 @@ const GemmBackend& gemm_backend_amx(OperandType type);
 // the AVX-512 back-end's bits; returns false, doing nothing, for any other problem (empty ones
 // included). Call it only where resolve_isa() said kAvx512 or kAmx.
 bool gemm_direct_f32_avx512(const GemmProblem& problem);
+// The same for the AVX2 back-end (gemm_direct_avx2.cc), with its bits; only where resolve_isa()
+// said kAvx2.
+bool gemm_direct_f32_avx2(const GemmProblem& problem);
 
 }  // namespace fp8rl::gemm_detail

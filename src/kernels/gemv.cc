@@ -109,6 +109,8 @@ void run(const GemvTarget* targets, int num_targets, const PackedActivations& x,
           gemv_detail::gemv_strips_amx(W, x, dst, s0, s1);
         } else if (isa == Isa::kAvx512) {
           gemv_detail::gemv_strips_avx512(W, x, dst, s0, s1);
+        } else if (isa == Isa::kAvx2) {
+          gemv_detail::gemv_strips_avx2(W, x, dst, s0, s1);
         } else {
           gemv_detail::gemv_strips_portable(W, x, dst, s0, s1);
         }

@@ -40,6 +40,8 @@ void gemv_strips_portable(const PackedGemvWeights& W, const PackedActivations& x
                           int64_t s1);
 void gemv_strips_avx512(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
                         int64_t s1);
+void gemv_strips_avx2(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
+                      int64_t s1);
 void gemv_strips_amx(const PackedGemvWeights& W, const PackedActivations& x, const GemvDst& dst, int64_t s0,
                      int64_t s1);  // needs x.tiles
 

@@ -30,6 +30,14 @@ void bf16_encode_f32_avx512(const float* in, bf16_t* out, int64_t n);
 void bf16_decode_f32_avx512(const bf16_t* in, float* out, int64_t n);
 void bf16_round_f32_avx512(float* x, int64_t n);
 
+// The AVX2 implementations (codec_avx2.cc); call only after resolve_isa() said kAvx2 or above.
+void e4m3_encode_f32_avx2(const float* in, uint8_t* out, int64_t n);
+void e4m3_decode_f32_avx2(const uint8_t* in, float* out, int64_t n);
+void e4m3_decode_bf16_avx2(const uint8_t* in, bf16_t* out, int64_t n);
+void bf16_encode_f32_avx2(const float* in, bf16_t* out, int64_t n);
+void bf16_decode_f32_avx2(const bf16_t* in, float* out, int64_t n);
+void bf16_round_f32_avx2(float* x, int64_t n);
+
 // The 128-entry byte tables of the vpermi2b decode: high and low byte of the BF16 pattern of
 // each E4M3 magnitude code 0..127, generated from the scalar codec.
 struct E4m3DecodeTables {

@@ -25,7 +25,11 @@ constexpr int64_t kB = kQuantBlock;
 constexpr int64_t kColPanel = 512;
 
 const QuantizeKernels& kernels_for(Isa isa) {
-  return uses_avx512(resolve_isa(isa)) ? detail::quantize_kernels_avx512() : detail::quantize_kernels_portable();
+  switch (resolve_isa(isa)) {
+    case Isa::kAvx512: case Isa::kAmx: return detail::quantize_kernels_avx512();
+    case Isa::kAvx2: return detail::quantize_kernels_avx2();
+    default: return detail::quantize_kernels_portable();
+  }
 }
 
 // A read-only 2-D source: rows `ld` elements apart, `elem` bytes per element.

@@ -40,6 +40,7 @@ struct QuantizeKernels {
 };
 
 const QuantizeKernels& quantize_kernels_portable();
+const QuantizeKernels& quantize_kernels_avx2();    // only after resolve_isa() said kAvx2 or above
 const QuantizeKernels& quantize_kernels_avx512();  // only after resolve_isa() said kAvx512
 
 }  // namespace fp8rl::detail

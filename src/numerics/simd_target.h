@@ -14,6 +14,13 @@
   _Pragma("GCC target(\"avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi,avx2,fma,bmi2\")")
 #define FP8RL_AVX512_END _Pragma("GCC pop_options")
 
+// The same for the AVX2 kernels (AVX2 + FMA, 256-bit vectors). Reached only where
+// cpu_features().has_avx2_kernels() holds.
+#define FP8RL_AVX2_BEGIN \
+  _Pragma("GCC push_options") \
+  _Pragma("GCC target(\"avx2,fma\")")
+#define FP8RL_AVX2_END _Pragma("GCC pop_options")
+
 // The same for the AMX kernels (AVX-512 plus AMX tiles with BF16 dot products). Reached only
 // where cpu_features().has_amx_kernels() holds.
 #define FP8RL_AMX_BEGIN \
