@@ -73,10 +73,11 @@ std::string find_bench_script(const std::string& name) {
 }
 
 std::string torch_model_arguments(const ModelConfig& c) {
-  return fmt::format("--vocab {} --d-model {} --layers {} --heads {} --kv-heads {} --head-dim {} --d-ff {} "
-                     "--max-seq-len {} --rope-theta {}{}{}",
-                     c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.max_seq_len,
-                     c.rope_theta, c.qk_norm ? " --qk-norm" : "", c.tie_embeddings ? "" : " --untied");
+  return fmt::format(
+      "--vocab {} --d-model {} --layers {} --heads {} --kv-heads {} --head-dim {} --d-ff {} "
+      "--max-seq-len {} --rope-theta {}{}{}",
+      c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.d_ff, c.max_seq_len, c.rope_theta,
+      c.qk_norm ? " --qk-norm" : "", c.tie_embeddings ? "" : " --untied");
 }
 
 int kernel_threads() { return std::min(kernel_thread_pool().size(), hardware_threads()); }
@@ -157,7 +158,7 @@ void run_model_child(const BenchOptions& options, bool quick) {
   // The compute limit of the GEMM path in use: AMX tile products or vdpbf16ps.
   double peak = 0;
   const bool amx = resolve_isa(Isa::kAuto) == Isa::kAmx;
-  if (cpu_features().has_avx512_kernels()) {
+  if (uses_avx512(resolve_isa(Isa::kAuto))) {
     std::vector<double> runs;
     for (int i = 0; i < 3; ++i)
       runs.push_back(amx ? peak_amx_bf16_gflops(quick ? 20'000 : 300'000)
@@ -187,6 +188,22 @@ void run_model_child(const BenchOptions& options, bool quick) {
   std::fflush(stdout);
 }
 
+// One run of the PyTorch peer: environment prefix, --precision, and the label of its ISA limit.
+// `second_peer`: reported beside the peer (the AVX-512-limited run on AVX-512 machines).
+struct PeerVariant {
+  const char* env;
+  const char* precision;
+  const char* isa_limit;
+  bool second_peer;
+};
+
+std::vector<PeerVariant> peer_variants(bool avx2_or_below) {
+  if (avx2_or_below)
+    return {{"ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ", "bf16", "avx2", false},
+            {"ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ", "fp32", "avx2", false}};
+  return {{"", "bf16", "default", false}, {"ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 ", "bf16", "avx512_core_bf16", true}};
+}
+
 }  // namespace
 
 void run_model_bench(const BenchOptions& options, bool quick) {
@@ -194,32 +211,41 @@ void run_model_bench(const BenchOptions& options, bool quick) {
     run_model_child(options, quick);
     return;
   }
+  const bool avx2_or_below = !uses_avx512(resolve_isa(Isa::kAuto));
   const ModelBenchSetup s = model_bench_setup(quick);
   const std::string exe = self_executable(), script = find_bench_script("torch_train_step.py");
   if (!options.json)
-    fmt::print("# model bench: {} preset, {} x {} tokens per step (forward + backward + AdamW), median of {} "
-               "steps after a warm-up; peer: PyTorch eager, BF16 autocast ({}); CPU: {}\n",
-               s.config.preset, s.B, s.T, options.repeats, script.empty() ? "script not found" : script,
-               cpu_features().describe());
+    fmt::print(
+        "# model bench: {} preset, {} x {} tokens per step (forward + backward + AdamW), median of {} "
+        "steps after a warm-up; peer: PyTorch eager, BF16 autocast ({}); CPU: {}\n",
+        s.config.preset, s.B, s.T, options.repeats, script.empty() ? "script not found" : script,
+        cpu_features().describe());
   for (int threads : kThreadCounts) {
     const std::vector<nlohmann::ordered_json> ours = run_json_lines(
-        fmt::format("FP8RL_NUM_THREADS={} FP8RL_BENCH_MODEL_CHILD=1 '{}' bench model --json --repeats {}{}", threads, exe,
-                    options.repeats, quick ? " --quick" : ""));
+        fmt::format("FP8RL_NUM_THREADS={} FP8RL_BENCH_MODEL_CHILD=1 '{}' bench model --json --repeats {}{}", threads,
+                    exe, options.repeats, quick ? " --quick" : ""));
     FP8RL_CHECK(ours.size() == 2, "bench model: the child process with {} threads printed {} records, expected 2",
                 threads, ours.size());
     // The peer as it runs by default (oneDNN picks AMX where the CPU has it) and limited to
-    // AVX-512 BF16, the instruction set of our kernels (ONEDNN_MAX_CPU_ISA).
+    // AVX-512 BF16, the instruction set of our kernels (ONEDNN_MAX_CPU_ISA). On the AVX2 level
+    // (or below) the peer is limited to AVX2 instead (ATEN_CPU_CAPABILITY as well), and runs both
+    // BF16 autocast and plain FP32: the faster one is the peer (without AVX-512 BF16, autocast
+    // often loses to FP32).
     nlohmann::ordered_json peer, peer_avx512;
     if (!script.empty()) {
-      for (const char* isa : {"", "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 "}) {
-        const auto lines = run_json_lines(fmt::format("{}/usr/bin/python3 '{}' {} --threads {} --repeats {} --batch {} --seq {}",
-                                                      isa, script, torch_model_arguments(s.config), threads,
-                                                      options.repeats, s.B, s.T));
+      for (const PeerVariant& v : peer_variants(avx2_or_below)) {
+        const auto lines = run_json_lines(fmt::format(
+            "{}/usr/bin/python3 '{}' {} --threads {} --repeats {} --batch {} --seq {} --precision {}", v.env, script,
+            torch_model_arguments(s.config), threads, options.repeats, s.B, s.T, v.precision));
         if (lines.empty()) continue;
-        nlohmann::ordered_json& p = *isa ? peer_avx512 : peer;
-        p = lines.front();
-        p["isa_limit"] = *isa ? "avx512_core_bf16" : "default";
+        nlohmann::ordered_json p = lines.front();
+        p["isa_limit"] = v.isa_limit;
         emit(p, options);
+        if (v.second_peer) {
+          peer_avx512 = p;
+        } else if (peer.is_null() || p.value("tokens_per_s", 0.0) > peer.value("tokens_per_s", 0.0)) {
+          peer = p;
+        }
       }
     }
     const double bf16_tokens = ours[0].value("tokens_per_s", 0.0);
@@ -228,7 +254,8 @@ void run_model_bench(const BenchOptions& options, bool quick) {
       if (peer.is_null()) {
         r["peer"] = "unavailable (tools/bench/torch_train_step.py or /usr/bin/python3 with torch not found)";
       } else {
-        r["peer"] = kPeerName;
+        r["peer"] =
+            peer.value("impl", std::string(kPeerName)) + ", isa " + peer.value("isa_limit", std::string("default"));
         r["peer_tokens_per_s"] = peer.value("tokens_per_s", 0.0);
         r["ratio_to_peer"] = r.value("tokens_per_s", 0.0) / peer.value("tokens_per_s", 1.0);
       }

@@ -37,8 +37,8 @@ void run_numerics_bench(const BenchOptions& options) {
   const int64_t rows = std::max<int64_t>(1, options.mib * (1 << 20) / 4 / cols);
   const int64_t n = rows * cols;
   if (!options.json) {
-    fmt::print("# numerics bench: FP32 input [{}, {}] = {} MiB, one thread, median of {} runs; CPU: {}\n", rows,
-               cols, n * 4 >> 20, options.repeats, cpu_features().describe());
+    fmt::print("# numerics bench: FP32 input [{}, {}] = {} MiB, one thread, median of {} runs; CPU: {}\n", rows, cols,
+               n * 4 >> 20, options.repeats, cpu_features().describe());
   }
 
   Tensor x(DType::kF32, Shape{rows, cols});
@@ -76,8 +76,8 @@ void run_numerics_bench(const BenchOptions& options) {
       {"dequantize_blocks_128x128", code_bytes, f32_bytes, true,
        [&](Isa isa) { dequantize(q_blocks.rowwise, y.view(), isa); }},
   };
-  std::vector<Isa> isas = {Isa::kPortable};
-  if (cpu_features().has_avx512_kernels()) isas.push_back(Isa::kAvx512);
+  std::vector<Isa> isas = isa_levels_up_to_auto();
+  std::erase(isas, Isa::kAmx);  // the codecs and quantizers run the AVX-512 code there
 
   for (const Case& c : cases) {
     double portable_seconds = 0.0;

@@ -113,6 +113,13 @@ Isa resolve_isa(Isa requested) {
   return requested;
 }
 
+std::vector<Isa> isa_levels_up_to_auto() {
+  std::vector<Isa> levels;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
+    if (static_cast<int>(isa) <= static_cast<int>(resolve_isa(Isa::kAuto))) levels.push_back(isa);
+  return levels;
+}
+
 Isa parse_isa(const std::string& name, const std::string& what) {
   for (Isa isa : {Isa::kAuto, Isa::kPortable, Isa::kAvx2, Isa::kAvx512, Isa::kAmx})
     if (name == isa_name(isa)) return isa;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace fp8rl {
 
@@ -26,7 +27,8 @@ struct CpuFeatures {
   bool has_avx2_kernels() const { return os_saves_ymm && avx2 && fma; }
   // Everything the AVX-512 kernels use: F, BW, VL, DQ, BF16, VBMI, with OS support.
   bool has_avx512_kernels() const {
-    return has_avx2_kernels() && os_saves_zmm && avx512f && avx512bw && avx512vl && avx512dq && avx512_bf16 && avx512_vbmi;
+    return has_avx2_kernels() && os_saves_zmm && avx512f && avx512bw && avx512vl && avx512dq && avx512_bf16 &&
+           avx512_vbmi;
   }
   // AMX BF16 tiles usable by this process (on top of the AVX-512 kernels).
   bool has_amx_kernels() const {
@@ -51,6 +53,10 @@ const CpuFeatures& cpu_features();
 //              in the last bits from the other levels; GEMM and GEMV rows still agree with each
 //              other bit for bit (docs/kernels.md).
 enum class Isa { kAuto, kPortable, kAvx2, kAvx512, kAmx };  // ordered: each level needs the one before
+
+// The levels from kPortable up to resolve_isa(kAuto) (so within FP8RL_ISA's cap), in order: what
+// the benchmarks compare.
+std::vector<Isa> isa_levels_up_to_auto();
 
 // Resolves kAuto; throws fp8rl::Error if a level is requested that this CPU (or OS) lacks.
 Isa resolve_isa(Isa requested);

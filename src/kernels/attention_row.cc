@@ -47,8 +47,8 @@ void attention_queries_kv(const AttentionQuery* queries, int num_queries, const 
 namespace detail {
 
 void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                   int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                                   float value_scale) {
+                                   int /*num_runs: the loader walks the runs by position*/, int64_t D, int64_t stride,
+                                   KvElement element, float score_scale, float value_scale) {
   const int64_t row_bytes = stride * kv_element_bytes(element);
   // Position j -> its run, found by walking forward (positions are visited in order); the row
   // is widened or decoded into `buf` unless it is FP32 already.

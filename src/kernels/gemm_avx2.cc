@@ -1,9 +1,301 @@
-// AVX2 back-end of the blocked GEMM. Placeholder: runs the portable back-end until the AVX2
-// micro-kernels land.
+// AVX2 + FMA back-end of the blocked GEMM (256-bit vectors, 16 ymm registers, no AVX-512).
+//
+// Every operand type is widened exactly to FP32 while packing (BF16: a 16-bit shift; E4M3:
+// avx2::e4m3_decode8), so one FP32 micro-kernel serves FP32 and BF16, and the FP8 kernel is the
+// same loop restarted per 128-slice of K.
+//
+// Register tile 6 x 16 (BLIS "haswell" shape): 12 FP32 accumulators (6 rows x 2 vectors of 8
+// columns), two B vectors and one A broadcast live = 15 of the 16 ymm registers. Per k: 2 B
+// loads, 6 broadcasts (load-port uops), 12 vfmadd231ps, which keeps both FMA pipes of Zen 3 /
+// Haswell..Alder Lake busy (12 independent chains cover the 4-5 cycle FMA latency).
+//
+// Packed layouts (k_group 1, element_bytes 4):
+//   A panel [kc][6] f32:  for every k, the 6 rows' values (24 bytes), rows past M zero.
+//   B panel [kc][16] f32: for every k, the 16 columns' values (64 bytes = two ymm), columns past
+//                         N zero.
+//   FP8 scales: A [ceil(kc/128)][6] f32, B [ceil(kc/128)][16] f32 (1 past the matrix).
+// K-contiguous sources are packed 8 x 8 at a time: eight rows of eight k are loaded (and
+// decoded), transposed in registers and stored as eight k of eight rows. Row-contiguous sources
+// (element (r, k) at data[k * ld + r], the nn / tn forms) are a straight copy per k.
+//
+// Numerics (docs/kernels.md, "Accuracy against the scalar twins"): each output element is one
+// FMA chain over k in index order, from zero (or from C for a continued K block). BF16 x BF16 and
+// E4M3 x E4M3 products are exact in FP32, so fma(a, b, acc) is the portable back-end's
+// acc + a * b: the BF16 and FP8 products are the portable path's bits. The FP32 product is the
+// AVX-512 back-end's (also one FMA chain per element). FP8 promotion is
+// running = running + slice * (s_a * s_b), multiply then add (no FMA), as in the portable kernel.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
 #include "kernels/gemm_blocked.h"
+#include "numerics/bf16.h"
+#include "numerics/simd_target.h"
+
+FP8RL_AVX2_BEGIN
+#include "numerics/avx2_codec_inl.h"  // inside the region by design (see that header)
 
 namespace fp8rl::gemm_detail {
+namespace {
 
-const GemmBackend& gemm_backend_avx2(OperandType type) { return gemm_backend_portable(type); }
+constexpr int kMr = 6;
+constexpr int kNr = 16;
+constexpr int kNv = kNr / 8;  // accumulator vectors per row
+
+// ---- loading 8 elements of any source type as FP32 (exact) -----------------------------------
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const bf16_t* p) {
+  return avx2::bf16_decode8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256 load8(const uint8_t* p) {
+  return avx2::e4m3_decode8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The first 6 elements at p in lanes 0-5 (lanes 6, 7 zero), reading nothing past p[5].
+inline __m256 load6(const float* p) {
+  const __m128 hi = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p + 4)));
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), hi, 1);
+}
+inline __m256 load6(const bf16_t* p) {
+  int32_t last;
+  std::memcpy(&last, p + 4, 4);
+  const __m128i h = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), _mm_cvtsi32_si128(last));
+  return avx2::bf16_decode8(h);
+}
+
+// The first n (< 8) elements at p, the rest zero (codes and patterns 0 decode to +0).
+template <typename T>
+inline __m256 load_partial(const T* p, int64_t n) {
+  T tmp[8] = {};
+  std::memcpy(tmp, p, static_cast<size_t>(n) * sizeof(T));
+  return load8(tmp);
+}
+
+// Stores lanes 0..lanes-1 (8 or 6) of v at p.
+inline void store_lanes(float* p, __m256 v, int lanes) {
+  if (lanes == 8) {
+    _mm256_storeu_ps(p, v);
+    return;
+  }
+  _mm_storeu_ps(p, _mm256_castps256_ps128(v));
+  _mm_store_sd(reinterpret_cast<double*>(p + 4), _mm_castps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+// r[i] lane j -> r[j] lane i.
+inline void transpose8(__m256 (&r)[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// ---- packing -------------------------------------------------------------------------------
+
+// K-contiguous source (element (r, k) at src[r * ld + k]): rows [r0, r0 + rows) x k [k0, k0 + kc)
+// -> out [kc][tile] f32, tile 6 or 16, zero past `rows`. Groups of 8 rows (the tile-6 panel is
+// one group whose lanes 6, 7 are dropped), 8 k at a time through transpose8.
+template <typename T>
+void pack_rows(const T* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, float* out) {
+  for (int g = 0; g < tile; g += 8) {
+    const int lanes = std::min(8, tile - g);
+    const int valid = std::clamp(rows - g, 0, lanes);
+    const T* base = src + (r0 + g) * ld + k0;
+    for (int64_t k = 0; k < kc; k += 8) {
+      const int64_t n = std::min<int64_t>(8, kc - k);
+      __m256 v[8];
+      for (int i = 0; i < 8; ++i) {
+        if (i >= valid) {
+          v[i] = _mm256_setzero_ps();
+        } else {
+          v[i] = n == 8 ? load8(base + i * ld + k) : load_partial(base + i * ld + k, n);
+        }
+      }
+      transpose8(v);
+      for (int j = 0; j < n; ++j) store_lanes(out + (k + j) * tile + g, v[j], lanes);
+    }
+  }
+}
+
+// Row-contiguous source (element (r, k) at src[k * ld + r]): per k, the tile's consecutive
+// elements copied (widened) to out [kc][tile]; edge panels (rows < tile) through a zeroed copy.
+template <typename T>
+void pack_cols(const T* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, float* out) {
+  for (int64_t k = 0; k < kc; ++k) {
+    const T* row = src + (k0 + k) * ld + r0;
+    float* dst = out + k * tile;
+    if (rows < tile) {
+      T tmp[kNr] = {};
+      std::memcpy(tmp, row, static_cast<size_t>(rows) * sizeof(T));
+      for (int g = 0; g < tile; g += 8) store_lanes(dst + g, load8(tmp + g), std::min(8, tile - g));
+    } else if (tile == kMr) {
+      store_lanes(dst, load6(row), kMr);
+    } else {
+      _mm256_storeu_ps(dst, load8(row));
+      _mm256_storeu_ps(dst + 8, load8(row + 8));
+    }
+  }
+}
+
+template <typename T>
+void pack_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel, float*) {
+  const T* src = static_cast<const T*>(op.data);
+  if (op.k_contiguous) {
+    pack_rows(src, op.ld, r0, rows, tile, k0, kc, static_cast<float*>(panel));
+  } else {
+    pack_cols(src, op.ld, r0, rows, tile, k0, kc, static_cast<float*>(panel));
+  }
+}
+
+// FP8 codes [rows, K] row-major (always K contiguous), decoded exactly while packing; scales
+// [ceil(kc/128)][tile].
+void pack_fp8_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
+                    float* scales) {
+  pack_rows(static_cast<const uint8_t*>(op.data), op.ld, r0, rows, tile, k0, kc, static_cast<float*>(panel));
+  for (int64_t s = 0; s * kQuantBlock < kc; ++s)
+    for (int r = 0; r < tile; ++r)
+      scales[s * tile + r] = r < rows ? op.fp8->scale_at(r0 + r, k0 + s * kQuantBlock) : 1.0f;
+}
+
+// ---- micro-kernels ---------------------------------------------------------------------------
+// Every loop over the accumulator arrays is fully unrolled: with one loop left rolled, GCC keeps
+// the array in memory and stores all 12 accumulators on every k.
+
+// acc[m][v] = fma(a[k][m], b[k][8v..8v+7], acc[m][v]) for k in [0, kc), in order.
+inline void tile_sum(const float* a, const float* b, int64_t kc, __m256 (&acc)[kMr][kNv]) {
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b + k * kNr), b1 = _mm256_loadu_ps(b + k * kNr + 8);
+#pragma GCC unroll 6
+    for (int m = 0; m < kMr; ++m) {
+      const __m256 av = _mm256_broadcast_ss(a + k * kMr + m);
+      acc[m][0] = _mm256_fmadd_ps(av, b0, acc[m][0]);
+      acc[m][1] = _mm256_fmadd_ps(av, b1, acc[m][1]);
+    }
+  }
+}
+
+// Prefetches rows [r0, r0 + kMr) of the 16-column strip at c (two lines a row when unaligned).
+inline void prefetch_c_rows(const float* c, int64_t ldc, int r0) {
+  for (int m = r0; m < r0 + kMr; ++m) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + m * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + m * ldc + kNr - 1), _MM_HINT_T0);
+  }
+}
+
+void kernel_f32(int64_t kc, const void* a_panel, const void* b_panel, const float*, const float*, float* c, int64_t ldc,
+                bool load_c) {
+  // A continued K block starts its chains from C, whose rows the previous block evicted from L1
+  // and L2: fetch the next tile down (the driver's next call) while this one computes.
+  if (load_c) prefetch_c_rows(c, ldc, kMr);
+  __m256 acc[kMr][kNv];
+#pragma GCC unroll 8
+  for (int m = 0; m < kMr; ++m)
+#pragma GCC unroll 8
+    for (int v = 0; v < kNv; ++v) acc[m][v] = load_c ? _mm256_loadu_ps(c + m * ldc + 8 * v) : _mm256_setzero_ps();
+  tile_sum(static_cast<const float*>(a_panel), static_cast<const float*>(b_panel), kc, acc);
+#pragma GCC unroll 8
+  for (int m = 0; m < kMr; ++m)
+#pragma GCC unroll 8
+    for (int v = 0; v < kNv; ++v) _mm256_storeu_ps(c + m * ldc + 8 * v, acc[m][v]);
+}
+
+// Blockwise FP8: each 128-slice of K summed from zero, then running = running + slice * (sa * sb).
+// Between the slices of one call the running tile lives in a contiguous L1 block (`running`): C's
+// rows may be 4 KiB apart and compete for the same L1 sets. The first slice reads C (or zero),
+// the last one writes C; same operations, same bits as promoting in C.
+void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const float* sa, const float* sb, float* c,
+                int64_t ldc, bool load_c) {
+  const auto* a = static_cast<const float*>(a_panel);
+  const auto* b = static_cast<const float*>(b_panel);
+  alignas(32) float running[kMr * kNr];
+  const int64_t slices = (kc + kQuantBlock - 1) / kQuantBlock;
+  // C is first read after the first slice's products: fetch its rows now (they are usually in L3,
+  // the previous K block having swept all of C), so that the read does not stall the promotion.
+  if (load_c) prefetch_c_rows(c, ldc, 0);
+  for (int64_t s = 0; s < slices; ++s) {
+    __m256 acc[kMr][kNv];
+#pragma GCC unroll 8
+    for (int m = 0; m < kMr; ++m)
+#pragma GCC unroll 8
+      for (int v = 0; v < kNv; ++v) acc[m][v] = _mm256_setzero_ps();
+    const int64_t k0 = s * kQuantBlock;
+    tile_sum(a + k0 * kMr, b + k0 * kNr, std::min(kQuantBlock, kc - k0), acc);
+    const bool first = s == 0, last = s + 1 == slices;
+#pragma GCC unroll 8
+    for (int m = 0; m < kMr; ++m) {
+      const __m256 scale_a = _mm256_broadcast_ss(sa + s * kMr + m);
+#pragma GCC unroll 8
+      for (int v = 0; v < kNv; ++v) {
+        const __m256 scale = _mm256_mul_ps(scale_a, _mm256_loadu_ps(sb + s * kNr + 8 * v));
+        float* in = first ? c + m * ldc + 8 * v : running + m * kNr + 8 * v;
+        float* out = last ? c + m * ldc + 8 * v : running + m * kNr + 8 * v;
+        const __m256 before = first && !load_c ? _mm256_setzero_ps() : _mm256_loadu_ps(in);
+        _mm256_storeu_ps(out, _mm256_add_ps(before, _mm256_mul_ps(acc[m][v], scale)));
+      }
+    }
+  }
+}
+
+GemmBackend make_backend(OperandType type) {
+  GemmBackend be;
+  be.mr = kMr;
+  be.nr = kNr;
+  be.k_group = 1;
+  be.element_bytes = 4;
+  // kc 256: the B micro-panel (256 x 16 x 4 = 16 KiB) stays in a 32 KiB L1 next to the A
+  // micro-panel (6 KiB); mc 168 (28 panels): the A block is 168 KiB of a 512 KiB+ L2; nc 3072:
+  // the B block (3 MiB) in L3. kc is a multiple of 128, so FP8 slices never straddle K blocks.
+  be.kc_block = 256;
+  be.mc_block = 168;
+  be.nc_block = 3072;
+  switch (type) {
+    case OperandType::kF32:
+      be.name = "avx2-f32";
+      be.pack_a = be.pack_b = pack_panel<float>;
+      be.kernel = kernel_f32;
+      break;
+    case OperandType::kBF16:
+      be.name = "avx2-bf16";
+      be.pack_a = be.pack_b = pack_panel<bf16_t>;
+      be.kernel = kernel_f32;
+      break;
+    case OperandType::kFP8:
+      be.name = "avx2-fp8";
+      be.blockwise = true;
+      be.pack_a = be.pack_b = pack_fp8_panel;
+      be.kernel = kernel_fp8;
+      break;
+  }
+  return be;
+}
+
+}  // namespace
+
+const GemmBackend& gemm_backend_avx2(OperandType type) {
+  static const GemmBackend f32 = make_backend(OperandType::kF32);
+  static const GemmBackend bf16 = make_backend(OperandType::kBF16);
+  static const GemmBackend fp8 = make_backend(OperandType::kFP8);
+  switch (type) {
+    case OperandType::kF32: return f32;
+    case OperandType::kBF16: return bf16;
+    case OperandType::kFP8: return fp8;
+  }
+  return f32;
+}
 
 }  // namespace fp8rl::gemm_detail
+
+FP8RL_AVX2_END

@@ -1,4 +1,4 @@
-// SwiGLU forward and backward: a scalar loop and an AVX-512 loop that computes the same bits
+// SwiGLU forward and backward: a scalar loop and AVX2 / AVX-512 loops that compute the same bits
 // (sigmoid_f32 has bit-identical lanes, and each lane performs the scalar expression's
 // operations in its order).
 #include "kernels/swiglu.h"
@@ -13,6 +13,10 @@ FP8RL_AVX512_BEGIN
 #include "numerics/avx512_codec_inl.h"  // inside the region by design (see those headers)
 #include "numerics/avx512_exp_inl.h"
 FP8RL_AVX512_END
+FP8RL_AVX2_BEGIN
+#include "numerics/avx2_codec_inl.h"
+#include "numerics/avx2_exp_inl.h"
+FP8RL_AVX2_END
 
 namespace fp8rl {
 
@@ -64,21 +68,62 @@ void backward_avx512(float* dg, float* du, const float* ds, const float* g, cons
 
 FP8RL_AVX512_END
 
+FP8RL_AVX2_BEGIN
+
+// Eight lanes of the AVX-512 loops' expressions (same operations, same order). Full vectors use
+// plain loads and stores (masked stores are slow on AMD cores); the tail goes through masked
+// loads (zero lanes, never stored).
+inline __m256 load8(const float* p, __m256i m, bool tail) {
+  return tail ? _mm256_maskload_ps(p, m) : _mm256_loadu_ps(p);
+}
+inline void store8(float* p, __m256i m, bool tail, __m256 v) {
+  if (tail)
+    _mm256_maskstore_ps(p, m, v);
+  else
+    _mm256_storeu_ps(p, v);
+}
+
+void forward_avx2(float* s, const float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; i += 8) {
+    const bool tail = n - i < 8;
+    const __m256i m = avx2::first_lanes_mask(n - i);
+    const __m256 gv = load8(g + i, m, tail);
+    const __m256 silu = _mm256_mul_ps(gv, avx2::sigmoid8(gv));
+    store8(s + i, m, tail, _mm256_mul_ps(silu, load8(u + i, m, tail)));
+  }
+}
+
+void backward_avx2(float* dg, float* du, const float* ds, const float* g, const float* u, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 8) {
+    const bool tail = n - i < 8;
+    const __m256i m = avx2::first_lanes_mask(n - i);
+    const __m256 gv = load8(g + i, m, tail), dsv = load8(ds + i, m, tail);
+    const __m256 sg = avx2::sigmoid8(gv);
+    const __m256 dsilu = _mm256_mul_ps(sg, _mm256_add_ps(one, _mm256_mul_ps(gv, _mm256_sub_ps(one, sg))));
+    store8(dg + i, m, tail, _mm256_mul_ps(_mm256_mul_ps(dsv, load8(u + i, m, tail)), dsilu));
+    store8(du + i, m, tail, _mm256_mul_ps(dsv, _mm256_mul_ps(gv, sg)));
+  }
+}
+
+FP8RL_AVX2_END
+
 }  // namespace
 
 void swiglu_forward(float* s, const float* g, const float* u, int64_t n, bool round_output_bf16, Isa isa) {
-  const bool avx512 = uses_avx512(resolve_isa(isa));
+  const Isa level = resolve_isa(isa);
+  const auto forward = uses_avx512(level) ? forward_avx512 : level == Isa::kAvx2 ? forward_avx2 : forward_scalar;
   parallel_for_ranges(n, kChunk, [&](int64_t i0, int64_t i1) {
-    (avx512 ? forward_avx512 : forward_scalar)(s + i0, g + i0, u + i0, i1 - i0);
+    forward(s + i0, g + i0, u + i0, i1 - i0);
     if (round_output_bf16) bf16_round_f32(s + i0, i1 - i0, isa);
   });
 }
 
 void swiglu_backward(float* dg, float* du, const float* ds, const float* g, const float* u, int64_t n, Isa isa) {
-  const bool avx512 = uses_avx512(resolve_isa(isa));
-  parallel_for_ranges(n, kChunk, [&](int64_t i0, int64_t i1) {
-    (avx512 ? backward_avx512 : backward_scalar)(dg + i0, du + i0, ds + i0, g + i0, u + i0, i1 - i0);
-  });
+  const Isa level = resolve_isa(isa);
+  const auto backward = uses_avx512(level) ? backward_avx512 : level == Isa::kAvx2 ? backward_avx2 : backward_scalar;
+  parallel_for_ranges(n, kChunk,
+                      [&](int64_t i0, int64_t i1) { backward(dg + i0, du + i0, ds + i0, g + i0, u + i0, i1 - i0); });
 }
 
 }  // namespace fp8rl

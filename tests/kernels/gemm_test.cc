@@ -27,7 +27,7 @@ struct Shape3 {
   int64_t M, N, K;
 };
 // Sizes around the register tiles (8 x 48, 4 x 16), the 128 slices and the K blocks (128, 256).
-const Shape3 kShapes[] = {{1, 1, 1},     {1, 129, 127},  {127, 1, 129}, {9, 49, 256},
+const Shape3 kShapes[] = {{1, 1, 1},     {1, 129, 127},  {127, 1, 129},  {9, 49, 256},
                           {129, 127, 1}, {33, 97, 1000}, {17, 1000, 65}, {100, 130, 300}};
 // The option axes (accumulate, pow2 scales) are crossed with the small shapes only, so that the
 // suite stays fast under the sanitizers.
@@ -55,9 +55,11 @@ Operands lay_out(Form f, const Shape3& s, const std::vector<float>& a, const std
   o.a_phys.assign(static_cast<size_t>((a_t ? s.K : s.M) * o.lda), 1e30f);  // padding must never be read
   o.b_phys.assign(static_cast<size_t>((b_t ? s.K : s.N) * o.ldb), 1e30f);
   for (int64_t m = 0; m < s.M; ++m)
-    for (int64_t k = 0; k < s.K; ++k) o.a_phys[static_cast<size_t>(a_t ? k * o.lda + m : m * o.lda + k)] = a[m * s.K + k];
+    for (int64_t k = 0; k < s.K; ++k)
+      o.a_phys[static_cast<size_t>(a_t ? k * o.lda + m : m * o.lda + k)] = a[m * s.K + k];
   for (int64_t n = 0; n < s.N; ++n)
-    for (int64_t k = 0; k < s.K; ++k) o.b_phys[static_cast<size_t>(b_t ? k * o.ldb + n : n * o.ldb + k)] = b[n * s.K + k];
+    for (int64_t k = 0; k < s.K; ++k)
+      o.b_phys[static_cast<size_t>(b_t ? k * o.ldb + n : n * o.ldb + k)] = b[n * s.K + k];
   return o;
 }
 
@@ -133,7 +135,8 @@ std::vector<float> dequantized(const QuantizedMatrix& q) {
   std::vector<float> x(static_cast<size_t>(q.rows * q.cols));
   for (int64_t r = 0; r < q.rows; ++r)
     for (int64_t c = 0; c < q.cols; ++c)
-      x[static_cast<size_t>(r * q.cols + c)] = e4m3_to_f32(q.codes[static_cast<size_t>(r * q.cols + c)]) * q.scale_at(r, c);
+      x[static_cast<size_t>(r * q.cols + c)] =
+          e4m3_to_f32(q.codes[static_cast<size_t>(r * q.cols + c)]) * q.scale_at(r, c);
   return x;
 }
 
@@ -141,7 +144,8 @@ QuantizedMatrix quantized(int64_t rows, int64_t cols, ScalingMode mode, ScaleFor
   std::vector<float> x = random_values(rows * cols, seed);
   // Spread magnitudes over rows so that blocks get different scales.
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) x[static_cast<size_t>(r * cols + c)] *= std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+    for (int64_t c = 0; c < cols; ++c)
+      x[static_cast<size_t>(r * cols + c)] *= std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
   return quantize(TensorView::contiguous(x.data(), DType::kF32, Shape{rows, cols}), mode, format).rowwise.clone();
 }
 
@@ -223,7 +227,8 @@ TEST(Gemm, RoundedOutputEqualsRoundingAfterwards) {
         for (std::vector<float>* c : {&plain, &rounded}) {
           options.round_output_bf16 = c == &rounded;
           if (form == 0) gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, c->data(), s.N, accumulate, options);
-          if (form == 1) gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, c->data(), s.N, accumulate, options);
+          if (form == 1)
+            gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, c->data(), s.N, accumulate, options);
           if (form == 2) gemm_nt_fp8(A, B, c->data(), s.N, accumulate, options);
         }
         for (float& x : plain) x = bf16_to_f32(f32_to_bf16(x));
@@ -272,6 +277,133 @@ TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
   EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx512(big));
   big.N = 8, big.K = 0;  // empty: left to the driver, which leaves C as it is
   EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx512(big));
+}
+
+// The AVX2 twin of the test above: its unpacked path (gemm_direct_avx2.cc, 6 x 16 tile) gives the
+// blocked AVX2 path's bits.
+TEST(Gemm, SmallFloat32ProductsGiveTheBlockedAvx2PathsBits) {
+  if (!cpu_features().has_avx2_kernels()) GTEST_SKIP() << "no AVX2 kernels on this CPU";
+  const Shape3 shapes[] = {{1, 1, 1}, {5, 17, 3}, {6, 16, 64}, {7, 9, 120}, {6, 8, 5}, {64, 100, 64}, {13, 130, 60}};
+  for (const Shape3& s : shapes)
+    for (Form f : {Form::kNT, Form::kNN, Form::kTN})
+      for (bool accumulate : {false, true})
+        for (bool round : {false, true}) {
+          const Operands o = lay_out(f, s, random_values(s.M * s.K, 21), random_values(s.N * s.K, 22));
+          gemm_detail::GemmProblem p;
+          p.M = s.M, p.N = s.N, p.K = s.K;
+          p.a = {gemm_detail::OperandType::kF32, o.a_phys.data(), o.lda, f != Form::kTN, nullptr};
+          p.b = {gemm_detail::OperandType::kF32, o.b_phys.data(), o.ldb, f == Form::kNT, nullptr};
+          p.ldc = s.N + 2;
+          p.accumulate = accumulate;
+          p.round_output_bf16 = round;
+          const std::vector<float> start = random_values(s.M * p.ldc, 23);
+          std::vector<float> direct = start, blocked = start;
+          p.c = direct.data();
+          ASSERT_TRUE(gemm_detail::gemm_direct_f32_avx2(p)) << s.M << "x" << s.N << "x" << s.K;
+          p.c = blocked.data();
+          gemm_detail::gemm_blocked(p, gemm_detail::gemm_backend_avx2(gemm_detail::OperandType::kF32), 1);
+          EXPECT_EQ(0, std::memcmp(direct.data(), blocked.data(), direct.size() * 4))
+              << s.M << "x" << s.N << "x" << s.K << " " << form_name(f) << (accumulate ? " accumulate" : "")
+              << (round ? " round" : "");
+        }
+  std::vector<float> a(128 * 128), b(128 * 128), c(8 * 128);
+  gemm_detail::GemmProblem big;
+  big.M = 8, big.N = 128, big.K = 128;
+  big.a = {gemm_detail::OperandType::kF32, a.data(), 128, true, nullptr};
+  big.b = {gemm_detail::OperandType::kF32, b.data(), 128, true, nullptr};
+  big.c = c.data();
+  big.ldc = 128;
+  EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx2(big));
+  big.N = 8, big.K = 0;
+  EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx2(big));
+}
+
+// Shapes for the AVX2 bit-equality tests: every combination of these sizes crosses the 6 x 16 and
+// 4 x 16 tiles, the 128-slices and the K blocks (256 in both back-ends).
+const int64_t kAwkwardSizes[] = {1, 7, 127, 129, 200, 300};
+
+// BF16 x BF16 and E4M3 x E4M3 products are exact in FP32, so the AVX2 path's FMA chain is the
+// portable path's multiply-then-add chain: the same bits, in every form, accumulate or not.
+TEST(Gemm, Avx2Bf16AndFp8GiveThePortableBits) {
+  if (!cpu_features().has_avx2_kernels()) GTEST_SKIP() << "no AVX2 kernels on this CPU";
+  const GemmOptions avx2{Isa::kAvx2, 2, false}, portable{Isa::kPortable, 2, false};
+  int cases = 0;
+  for (int64_t M : kAwkwardSizes)
+    for (int64_t N : kAwkwardSizes)
+      for (int64_t K : kAwkwardSizes) {
+        const Shape3 s{M, N, K};
+        // The option axes on a subset of the shapes (every shape once), to keep the test fast.
+        const bool wide = (M + N + K) % 5 == 0 || s.M * s.N * s.K <= 50'000;
+        const std::string what = "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+        const std::vector<float> c_old = random_values(M * N, 31);
+        const std::vector<float> a = round_bf16(random_values(M * K, 32)), b = round_bf16(random_values(N * K, 33));
+        for (Form f : {Form::kNT, Form::kNN, Form::kTN})
+          for (bool accumulate : {false, true}) {
+            if (!wide && (f != Form::kNT || accumulate)) continue;
+            const Operands o = lay_out(f, s, a, b);
+            const std::vector<bf16_t> ah = to_bf16(o.a_phys), bh = to_bf16(o.b_phys);
+            const auto fn = f == Form::kNT ? gemm_nt_bf16 : f == Form::kNN ? gemm_nn_bf16 : gemm_tn_bf16;
+            std::vector<float> fast = c_old, slow = c_old;
+            fn(M, N, K, ah.data(), o.lda, bh.data(), o.ldb, fast.data(), N, accumulate, avx2);
+            fn(M, N, K, ah.data(), o.lda, bh.data(), o.ldb, slow.data(), N, accumulate, portable);
+            EXPECT_EQ(0, std::memcmp(fast.data(), slow.data(), fast.size() * 4))
+                << "bf16 " << form_name(f) << " " << what << (accumulate ? " accumulate" : "");
+            ++cases;
+          }
+        for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kPow2})
+          for (ScalingMode b_mode : {ScalingMode::kBlocks128x128, ScalingMode::kRows1x128})
+            for (bool accumulate : {false, true}) {
+              if (!wide && (format != ScaleFormat::kFp32 || b_mode != ScalingMode::kBlocks128x128 || accumulate))
+                continue;
+              const QuantizedMatrix A = quantized(M, K, ScalingMode::kRows1x128, format, 34);
+              const QuantizedMatrix B = quantized(N, K, b_mode, format, 35);
+              std::vector<float> fast = c_old, slow = c_old;
+              gemm_nt_fp8(A, B, fast.data(), N, accumulate, avx2);
+              gemm_nt_fp8(A, B, slow.data(), N, accumulate, portable);
+              EXPECT_EQ(0, std::memcmp(fast.data(), slow.data(), fast.size() * 4))
+                  << "fp8 " << scaling_mode_name(b_mode) << (format == ScaleFormat::kPow2 ? " pow2 " : " fp32 ") << what
+                  << (accumulate ? " accumulate" : "");
+              ++cases;
+            }
+      }
+  EXPECT_GT(cases, 216 * 2);
+  // Rounded output too (rounded in a pass over each finished tile).
+  const Shape3 s{129, 200, 300};
+  const auto [a, b, ah, bh, A, B] = typed_operands(s, 41);
+  std::vector<float> fast(s.M * s.N), slow(s.M * s.N);
+  GemmOptions ra = avx2, rp = portable;
+  ra.round_output_bf16 = rp.round_output_bf16 = true;
+  gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, fast.data(), s.N, false, ra);
+  gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, slow.data(), s.N, false, rp);
+  EXPECT_EQ(0, std::memcmp(fast.data(), slow.data(), fast.size() * 4)) << "bf16 rounded";
+  gemm_nt_fp8(A, B, fast.data(), s.N, false, ra);
+  gemm_nt_fp8(A, B, slow.data(), s.N, false, rp);
+  EXPECT_EQ(0, std::memcmp(fast.data(), slow.data(), fast.size() * 4)) << "fp8 rounded";
+}
+
+// FP32: one FMA per term, one chain per element in both back-ends, so the AVX2 path gives the
+// AVX-512 path's bits, on products small enough for the unpacked paths of both and on large ones.
+TEST(Gemm, Avx2Float32GivesTheAvx512Bits) {
+  if (!cpu_features().has_avx2_kernels()) GTEST_SKIP() << "no AVX2 kernels on this CPU";
+  if (!cpu_features().has_avx512_kernels()) GTEST_SKIP() << "no AVX-512 kernels on this CPU";
+  const Shape3 shapes[] = {{1, 1, 1},     {5, 17, 3},    {7, 65, 120},    {13, 130, 60},   {64, 100, 64},
+                           {64, 256, 64}, {127, 129, 7}, {200, 300, 129}, {300, 127, 300}, {129, 200, 1000}};
+  for (const Shape3& s : shapes)
+    for (Form f : {Form::kNT, Form::kNN, Form::kTN})
+      for (bool accumulate : {false, true})
+        for (int threads : {1, 2}) {
+          const Operands o = lay_out(f, s, random_values(s.M * s.K, 51), random_values(s.N * s.K, 52));
+          const std::vector<float> c_old = random_values(s.M * s.N, 53);
+          const auto fn = f == Form::kNT ? gemm_nt_f32 : f == Form::kNN ? gemm_nn_f32 : gemm_tn_f32;
+          std::vector<float> fast = c_old, wide = c_old;
+          fn(s.M, s.N, s.K, o.a_phys.data(), o.lda, o.b_phys.data(), o.ldb, fast.data(), s.N, accumulate,
+             GemmOptions{Isa::kAvx2, threads, false});
+          fn(s.M, s.N, s.K, o.a_phys.data(), o.lda, o.b_phys.data(), o.ldb, wide.data(), s.N, accumulate,
+             GemmOptions{Isa::kAvx512, threads, false});
+          EXPECT_EQ(0, std::memcmp(fast.data(), wide.data(), fast.size() * 4))
+              << s.M << "x" << s.N << "x" << s.K << " " << form_name(f) << (accumulate ? " accumulate" : "")
+              << " threads " << threads;
+        }
 }
 
 // One row of a kRows1x128 matrix as a matrix of its own (its codes and scales are independent of

@@ -46,7 +46,8 @@ QuantizedTensor quantized(const std::vector<float>& x, int64_t rows, int64_t col
                   ScaleFormat::kFp32);
 }
 // sum_k |x_mk w_nk| with x and w given as values (already dequantized).
-std::vector<double> magnitudes(int64_t M, int64_t N, int64_t K, const std::vector<float>& x, const std::vector<float>& w) {
+std::vector<double> magnitudes(int64_t M, int64_t N, int64_t K, const std::vector<float>& x,
+                               const std::vector<float>& w) {
   std::vector<double> mag(static_cast<size_t>(M * N));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
@@ -65,7 +66,8 @@ std::vector<float> values_of(const QuantizedMatrix& q) {
   std::vector<float> x(static_cast<size_t>(q.rows * q.cols));
   for (int64_t r = 0; r < q.rows; ++r)
     for (int64_t c = 0; c < q.cols; ++c)
-      x[static_cast<size_t>(r * q.cols + c)] = e4m3_to_f32(q.codes[static_cast<size_t>(r * q.cols + c)]) * q.scale_at(r, c);
+      x[static_cast<size_t>(r * q.cols + c)] =
+          e4m3_to_f32(q.codes[static_cast<size_t>(r * q.cols + c)]) * q.scale_at(r, c);
   return x;
 }
 
@@ -233,12 +235,133 @@ TEST(Gemv, SeveralMatricesInOneCallGiveEachSingleCallsBits) {
     }
 }
 
+// The AVX2 level's rows are the portable level's bit for bit (and so the portable and AVX2 GEMMs'
+// rows): BF16 W with BF16 x, FP8 W with BF16 x, FP8 W with FP8 x; every M it has a kernel shape
+// for, awkward N and K (K tails of 1..3 elements, partial 128-slices, half-empty last strips),
+// both scale formats, rounded and plain outputs, nothing written past N (ldy > N).
+TEST(Gemv, Avx2GivesThePortableBits) {
+  if (!cpu_features().has_avx2_kernels()) GTEST_SKIP() << "no AVX2 on this CPU";
+  int variant = 0;
+  for (int64_t M : {1, 2, 3, 5, 8, 13, 16})
+    for (int64_t N : {1, 16, 17, 130, 300})
+      for (int64_t K : {1, 2, 3, 127, 128, 129, 300, 1000}) {
+        ++variant;
+        const ScaleFormat format = variant % 2 ? ScaleFormat::kFp32 : ScaleFormat::kPow2;
+        const bool round = (variant / 2) % 2 == 1;
+        const std::vector<float> wf = random_values(N * K, 100 + static_cast<uint64_t>(variant)),
+                                 xf = random_values(M * K, 200 + static_cast<uint64_t>(variant));
+        const std::vector<bf16_t> wh = to_bf16(wf), xh = to_bf16(xf);
+        const auto as_view = [](const std::vector<float>& v, int64_t rows, int64_t cols) {
+          return TensorView::contiguous(const_cast<float*>(v.data()), DType::kF32, Shape{rows, cols});
+        };
+        const QuantizedTensor wq = quantize(as_view(wf, N, K), ScalingMode::kBlocks128x128, format);
+        const QuantizedTensor xq = quantize(as_view(xf, M, K), ScalingMode::kRows1x128, format);
+        PackedGemvWeights wb, w8;
+        pack_gemv_weights_bf16(wh.data(), N, K, K, wb);
+        pack_gemv_weights_fp8(wq.rowwise, w8);
+        const int64_t ldy = N + 3;
+        for (int kind = 0; kind < 3; ++kind) {
+          auto run = [&](Isa isa) {
+            std::vector<float> y(static_cast<size_t>(M * ldy), -7.0f);
+            const GemvOptions options{isa, 2, true, round};
+            if (kind == 2)
+              gemv_fp8(w8, xq.rowwise, y.data(), ldy, options);
+            else
+              gemv_bf16(kind == 0 ? wb : w8, M, xh.data(), K, y.data(), ldy, options);
+            return y;
+          };
+          const std::vector<float> portable = run(Isa::kPortable), avx2 = run(Isa::kAvx2);
+          EXPECT_EQ(0, std::memcmp(portable.data(), avx2.data(), portable.size() * 4))
+              << (kind == 0   ? "bf16 W"
+                  : kind == 1 ? "fp8 W bf16 x"
+                              : "fp8 W fp8 x")
+              << " M=" << M << " N=" << N << " K=" << K << (format == ScaleFormat::kPow2 ? " pow2" : " fp32")
+              << (round ? " rounded" : "");
+        }
+      }
+  // Several matrices in one call (strips of all three shared out), each output the portable bits.
+  const int64_t M = 5, K = 300, Ns[3] = {17, 300, 1};
+  const std::vector<float> xf = random_values(M * K, 9);
+  const std::vector<bf16_t> xh = to_bf16(xf);
+  const QuantizedTensor xq = quantized(xf, M, K, ScalingMode::kRows1x128);
+  for (int kind = 0; kind < 3; ++kind) {
+    PackedGemvWeights w[3];
+    std::vector<float> portable[3], fused[3];
+    GemvTarget targets[3];
+    const GemvOptions options{Isa::kAvx2, 2, true, kind == 1};
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> wf = random_values(Ns[i] * K, 30 + static_cast<uint64_t>(i));
+      if (kind == 0)
+        pack_gemv_weights_bf16(to_bf16(wf).data(), Ns[i], K, K, w[i]);
+      else
+        pack_gemv_weights_fp8(quantized(wf, Ns[i], K, ScalingMode::kBlocks128x128).rowwise, w[i]);
+      portable[i].assign(static_cast<size_t>(M * Ns[i]), 0.0f);
+      fused[i].assign(portable[i].size(), 5.0f);
+      GemvOptions portable_options = options;
+      portable_options.isa = Isa::kPortable;
+      if (kind == 2)
+        gemv_fp8(w[i], xq.rowwise, portable[i].data(), Ns[i], portable_options);
+      else
+        gemv_bf16(w[i], M, xh.data(), K, portable[i].data(), Ns[i], portable_options);
+      targets[i] = {&w[i], fused[i].data(), Ns[i]};
+    }
+    if (kind == 2)
+      gemv_fp8(targets, 3, xq.rowwise, options);
+    else
+      gemv_bf16(targets, 3, M, xh.data(), K, options);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(0, std::memcmp(portable[i].data(), fused[i].data(), portable[i].size() * 4))
+          << "kind " << kind << " matrix " << i << " N=" << Ns[i];
+  }
+}
+
+// The AVX2 kernel decodes the FP8 codes itself (a shift-and-multiply of the bytes in its own lane
+// order, NaN codes on an exact slow path): every one of the 256 codes, subnormals, +-0 and the two
+// NaNs among them, gives the portable bits. Each row holds every finite code; rows 30 and 31 hold
+// one NaN each (a single NaN per chain, so which NaN operand wins is never asked).
+TEST(Gemv, Avx2GivesThePortableBitsForEveryE4m3Code) {
+  if (!cpu_features().has_avx2_kernels()) GTEST_SKIP() << "no AVX2 on this CPU";
+  const int64_t N = 40, K = 262;
+  QuantizedTensor wq(ScalingMode::kBlocks128x128, N, K, ScaleFormat::kFp32, false);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) {
+      uint8_t code = static_cast<uint8_t>((k + 7 * n) % 256);
+      if ((code & 0x7F) == 0x7F) code = 0;
+      wq.rowwise.codes[static_cast<size_t>(n * K + k)] = code;
+    }
+  wq.rowwise.codes[static_cast<size_t>(30 * K + 5)] = 0x7F;
+  wq.rowwise.codes[static_cast<size_t>(31 * K + 200)] = 0xFF;
+  for (size_t i = 0; i < wq.rowwise.scale_inv.size(); ++i)
+    wq.rowwise.scale_inv[i] = 0.375f + 0.25f * static_cast<float>(i);
+  PackedGemvWeights w8;
+  pack_gemv_weights_fp8(wq.rowwise, w8);
+  for (int64_t M : {1, 4, 9}) {
+    const std::vector<float> xf = random_values(M * K, 11);
+    const std::vector<bf16_t> xh = to_bf16(xf);
+    const QuantizedTensor xq = quantized(xf, M, K, ScalingMode::kRows1x128);
+    for (int fp8_x = 0; fp8_x < 2; ++fp8_x) {
+      auto run = [&](Isa isa) {
+        std::vector<float> y(static_cast<size_t>(M * N));
+        if (fp8_x)
+          gemv_fp8(w8, xq.rowwise, y.data(), N, GemvOptions{isa, 1, true});
+        else
+          gemv_bf16(w8, M, xh.data(), K, y.data(), N, GemvOptions{isa, 1, true});
+        return y;
+      };
+      const std::vector<float> portable = run(Isa::kPortable), avx2 = run(Isa::kAvx2);
+      EXPECT_TRUE(std::isnan(portable[30]) && std::isnan(portable[31]));
+      EXPECT_EQ(0, std::memcmp(portable.data(), avx2.data(), portable.size() * 4)) << "M=" << M << " fp8 x " << fp8_x;
+    }
+  }
+}
+
 TEST(Gemv, PackingPathsAgreeByteForByte) {
   for (const WeightShape& s : {WeightShape{300, 260}, WeightShape{129, 127}, WeightShape{1, 5}})
     for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kPow2}) {
       const std::vector<float> wf = random_values(s.N * s.K, 5);
-      const QuantizedTensor wq = quantize(TensorView::contiguous(const_cast<float*>(wf.data()), DType::kF32, Shape{s.N, s.K}),
-                                          ScalingMode::kBlocks128x128, format);
+      const QuantizedTensor wq =
+          quantize(TensorView::contiguous(const_cast<float*>(wf.data()), DType::kF32, Shape{s.N, s.K}),
+                   ScalingMode::kBlocks128x128, format);
       PackedGemvWeights reference_pack;
       pack_gemv_weights_fp8(wq.rowwise, reference_pack, GemvOptions{Isa::kPortable, 1, false});
       for (Isa isa : testing::available_isas()) {
@@ -248,7 +371,8 @@ TEST(Gemv, PackingPathsAgreeByteForByte) {
         for (const PackedGemvWeights* p : {&from_codes, &from_master}) {
           ASSERT_EQ(p->data.size(), reference_pack.data.size());
           EXPECT_EQ(0, std::memcmp(p->data.data(), reference_pack.data.data(), p->data.size())) << isa_name(isa);
-          EXPECT_EQ(0, std::memcmp(p->scales.data(), wq.rowwise.scale_inv.data(), p->scales.size() * 4)) << isa_name(isa);
+          EXPECT_EQ(0, std::memcmp(p->scales.data(), wq.rowwise.scale_inv.data(), p->scales.size() * 4))
+              << isa_name(isa);
         }
       }
       const std::vector<bf16_t> wh = to_bf16(wf);

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """PyTorch peer of `fp8rl bench model`: training tokens/s of the same model and batch.
 
-One training step = forward (BF16 autocast on CPU, eager), mean token cross-entropy, backward,
+One training step = forward (BF16 autocast on CPU, eager; or plain FP32 with --precision fp32),
+mean token cross-entropy, backward,
 global-norm clipping to 1.0, torch.optim.AdamW on FP32 master weights: the same work as
 fp8rl's sft_step. Random tokens; every position is scored. Prints one JSON line:
   {"suite": "model", "case": "torch_train_step", "tokens_per_s": ..., "seconds": ..., "threads": ...}
@@ -25,6 +26,8 @@ def main():
     add_model_arguments(parser)
     parser.add_argument("--batch", type=int, required=True, help="sequences per step")
     parser.add_argument("--seq", type=int, required=True, help="tokens per sequence")
+    parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                        help="bf16: forward under BF16 autocast (default); fp32: everything in FP32")
     a = parser.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -35,7 +38,7 @@ def main():
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
             logits = model(inputs)
         loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, a.vocab), targets.reshape(-1))
         loss.backward()
@@ -49,7 +52,8 @@ def main():
         step()
         times.append(time.perf_counter() - t)
     seconds = statistics.median(times)
-    print(json.dumps({"suite": "model", "case": "torch_train_step", "impl": f"torch {torch.__version__} eager, bf16 autocast",
+    print(json.dumps({"suite": "model", "case": "torch_train_step", "impl": f"torch {torch.__version__} eager, "
+                      + ("bf16 autocast" if a.precision == "bf16" else "fp32"),
                       "threads": a.threads, "tokens": a.batch * a.seq, "seconds": seconds,
                       "tokens_per_s": a.batch * a.seq / seconds}), flush=True)
 
