@@ -10,19 +10,35 @@ packages=(
   python3-numpy python3-torch           # test oracles, run with /usr/bin/python3
   libdnnl-dev                           # oneDNN: the peer in kernel benchmarks
   ocl-icd-opencl-dev opencl-c-headers   # Debian's dnnl-config.cmake requires OpenCL to configure
+  chromium                              # headless browser: the report test draws the page
 )
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages present"
-  exit 0
-fi
-
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "setup: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+else
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# ---- npm packages ---------------------------------------------------------------------------------
+# Each set lives in its own directory: a committed package.json + package-lock.json, and a
+# gitignored node_modules/ that `npm install --prefix DIR` fills (a no-op when it is up to date).
+if ! command -v npm > /dev/null; then
+  echo "setup: installing nodejs npm"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# The independent TensorBoard event-file reader of the tests (tools/oracles/tfevents_check.js).
+npm install --prefix "$root/tools/oracles" --no-audit --no-fund --loglevel=error
+echo "setup: npm packages of tools/oracles present"
+# uPlot, the chart library that `fp8rl report` compiles into its pages (src/report/report_assets.cmake).
+npm install --prefix "$root/third_party/uplot" --no-audit --no-fund --loglevel=error
+echo "setup: npm packages of third_party/uplot present"

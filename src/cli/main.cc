@@ -7,6 +7,7 @@
 #include "bench/bench_suites.h"
 #include "cli/demo.h"
 #include "core/check.h"
+#include "report/report_job.h"
 #include "rl/recipe.h"
 #include "rl/generate_job.h"
 #include "rl/grpo.h"
@@ -89,6 +90,12 @@ int main(int argc, char** argv) {
   generate->add_flag("!--no-batch-invariant", gen.batch_invariant,
                      "a lone sample may decode on a faster path (bits differ from the trainer's in the last place)");
 
+  std::vector<std::string> report_dirs;
+  std::string report_output = "report.html";
+  CLI::App* report = app.add_subcommand("report", "Compare runs in one self-contained HTML page");
+  report->add_option("run_dirs", report_dirs, "run directories (logger.log_dir of each run)")->required();
+  report->add_option("-o,--output", report_output, "the HTML file to write");
+
   CLI11_PARSE(app, argc, argv);
   try {
     fp8rl::ConfigSchema schema;
@@ -104,6 +111,7 @@ int main(int argc, char** argv) {
       load_recipe(config, schema, run);
       fmt::print("{}", config_help ? schema.to_yaml(/*with_help=*/true) : schema.to_yaml());
     }
+    if (*report) fp8rl::report::run_report_job(report_dirs, report_output);
     if (*demo) fp8rl::cli::run_demo(demo_elements);
     if (*bench && suite == "numerics") fp8rl::bench::run_numerics_bench(bench_options);
     if (*bench && suite == "kernels") fp8rl::bench::run_kernels_bench(bench_options);

@@ -8,9 +8,11 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
+#include "io/tfevents.h"
 #include "model/checkpoint.h"
 #include "rl/advantages.h"
 #include "rl/evaluate.h"
@@ -152,8 +154,13 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   fs::create_directories(run_dir);
   remove_stale_temporaries(run_dir, "checkpoint");  // leftovers of a crash during a checkpoint write
   write_file_atomic(run_dir / "config.yaml", effective_yaml);
-  if (resume) truncate_metrics(run_dir / "metrics.jsonl", start_step);
+  if (resume) {
+    truncate_metrics(run_dir / "metrics.jsonl", start_step);
+    truncate_event_files(run_dir, start_step);  // TensorBoard's copy of the metrics, likewise
+  }
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+  std::optional<TfEventsWriter> tensorboard;  // a new event file per invocation (resumed runs too)
+  if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
 
   GenerateOptions gen_opts;
   gen_opts.max_new_tokens = config.max_new_tokens;
@@ -212,6 +219,8 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
              result.val_accuracy_before);
   std::fflush(stdout);
 
+  ProgressLine progress("grpo", start_step, config.grpo_max_num_steps, stdout_is_terminal());
+  std::string last_validation;  // the progress line's "val acc X @STEP"
   double sum_mult_err = 0, sum_time[6] = {};
   int64_t skipped_total = 0;
   for (int64_t step = start_step; step < config.grpo_max_num_steps; ++step) {
@@ -300,6 +309,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       grad_norm = optimizer.step(policy.params(), policy.grads(), lr);
       if (!std::isfinite(grad_norm)) {
         ++skipped;
+        progress.end_line();
         fmt::print(stderr, "grpo: warning: step {}: non-finite loss or gradient, optimizer step skipped\n", step + 1);
       } else {
         policy.refresh_weights();
@@ -360,16 +370,30 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     line["tokens_per_s"] = {{"generation", static_cast<double>(gen_tokens) / t_generation},
                             {"training", static_cast<double>(gen_tokens) / t_training}};
     metrics << line.dump() << "\n" << std::flush;
+    if (tensorboard) {
+      tensorboard->add_scalars(step + 1, unix_time_seconds(), metrics_line_scalars(line));
+      tensorboard->flush();
+    }
     sum_mult_err += gm.token_mult_prob_error;
     const double times[6] = {t_generation, t_logprobs, t_training, t_refit, t_kv, total};
     for (int i = 0; i < 6; ++i) sum_time[i] += times[i];
-    fmt::print("step {:>4}/{}  reward {:.3f}  acc {:.3f}  len {:.1f}  loss {:+.4f}  mult_prob_err {:.4f}  "
-               "gen {:.2f}s lp {:.2f}s train {:.2f}s refit {:.3f}s kv {:.3f}s{}\n",
-               step + 1, config.grpo_max_num_steps, line["reward_mean"].get<double>(), line["accuracy"].get<double>(),
-               line["response_length_mean"].get<double>(), gm.loss, gm.token_mult_prob_error, t_generation, t_logprobs,
-               t_training, t_refit, t_kv,
-               line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");
-    std::fflush(stdout);
+    if (line.contains("val_accuracy"))
+      last_validation = fmt::format("  val acc {:.3f} @{}", line["val_accuracy"].get<double>(), step + 1);
+    if (progress.enabled()) {
+      // Most telling first: a narrow terminal cuts the end.
+      progress.update(
+          step + 1, fmt::format("reward {:.3f}{}  acc {:.3f}  mult_prob_err {:.4f}", line["reward_mean"].get<double>(),
+                                last_validation, line["accuracy"].get<double>(), gm.token_mult_prob_error));
+    } else {
+      fmt::print(
+          "step {:>4}/{}  reward {:.3f}  acc {:.3f}  len {:.1f}  loss {:+.4f}  mult_prob_err {:.4f}  "
+          "gen {:.2f}s lp {:.2f}s train {:.2f}s refit {:.3f}s kv {:.3f}s{}\n",
+          step + 1, config.grpo_max_num_steps, line["reward_mean"].get<double>(), line["accuracy"].get<double>(),
+          line["response_length_mean"].get<double>(), gm.loss, gm.token_mult_prob_error, t_generation, t_logprobs,
+          t_training, t_refit, t_kv,
+          line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");
+      std::fflush(stdout);
+    }
     // 8. checkpoint
     const bool stopping = stop_after > 0 && result.steps + 1 == stop_after && !last;
     if ((config.save_period > 0 && (step + 1) % config.save_period == 0) || last || stopping) {
@@ -379,10 +403,12 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     }
     ++result.steps;
     if (stopping) {
+      progress.end_line();
       fmt::print("grpo: stopping after {} steps as asked (--stop-after); continue with --resume\n", result.steps);
       break;
     }
   }
+  progress.end_line();
   if (result.steps > 0) {
     const double n = static_cast<double>(result.steps);
     fmt::print("grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}; mean step "

@@ -8,6 +8,8 @@ namespace fp8rl {
 void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("run.name", &c.name, "fp8rl", "name of the run");
   s.add("logger.log_dir", &c.log_dir, "runs/fp8rl", "run directory: config.yaml, metrics.jsonl, checkpoints");
+  s.add("logger.tensorboard_enabled", &c.tensorboard_enabled, false,
+        "also write the metrics as TensorBoard scalars (events.out.tfevents.* in the run directory)");
 
   s.add("model.preset", &c.model_preset, "small", "architecture preset").choices({"tiny", "small", "medium"});
   s.add("model.checkpoint", &c.model_checkpoint, std::nullopt,

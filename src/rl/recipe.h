@@ -27,6 +27,7 @@ struct RunConfig {
   // Identity and output.
   std::string name;     // run name; the run directory is logger.log_dir
   std::string log_dir;  // logger.log_dir
+  bool tensorboard_enabled = false;  // logger.tensorboard_enabled: TensorBoard event files in log_dir
 
   // Model.
   std::string model_preset;                     // model.preset

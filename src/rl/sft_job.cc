@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <optional>
 
 #include "core/check.h"
+#include "core/progress.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
+#include "io/tfevents.h"
 #include "model/checkpoint.h"
 #include "rl/evaluate.h"
 #include "rl/sft.h"
@@ -59,6 +62,8 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   remove_stale_temporaries(run_dir, "checkpoint");
   write_file_atomic(run_dir / "config.yaml", effective_yaml);
   std::ofstream metrics(run_dir / "sft_metrics.jsonl");
+  std::optional<TfEventsWriter> tensorboard;
+  if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
 
   SftJobResult result;
   result.val_accuracy_before =
@@ -73,6 +78,8 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   const int64_t global = config.train_global_batch_size, micro = std::min(config.train_micro_batch_size, global);
   Timer total;
   int64_t skipped = 0;
+  ProgressLine progress("sft", 0, config.sft_max_num_steps, stdout_is_terminal());
+  std::string last_validation;  // the progress line's "val acc X @STEP"
   for (int64_t step = 0; step < config.sft_max_num_steps; ++step) {
     Timer t;
     std::vector<TokenBatch> micro_batches;
@@ -94,14 +101,27 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
       line["val_accuracy"] = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
     }
     metrics << line.dump() << "\n" << std::flush;
-    if (r.skipped) fmt::print(stderr, "sft: warning: step {} skipped (non-finite loss or gradient)\n", step + 1);
-    if ((step + 1) % 10 == 0 || step == 0 || last || line.contains("val_accuracy")) {
+    if (tensorboard) {
+      tensorboard->add_scalars(step + 1, unix_time_seconds(), metrics_line_scalars(line, "sft/"));
+      tensorboard->flush();
+    }
+    if (r.skipped) {
+      progress.end_line();
+      fmt::print(stderr, "sft: warning: step {} skipped (non-finite loss or gradient)\n", step + 1);
+    }
+    if (line.contains("val_accuracy"))
+      last_validation = fmt::format("  val acc {:.3f} @{}", line["val_accuracy"].get<double>(), step + 1);
+    if (progress.enabled()) {
+      progress.update(step + 1, fmt::format("loss {:.4f}{}  lr {:.2e}  {:.0f} tok/s", r.loss, last_validation, lr,
+                                            r.tokens / seconds));
+    } else if ((step + 1) % 10 == 0 || step == 0 || last || line.contains("val_accuracy")) {
       fmt::print("sft step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad {:.3f}  {:.0f} tok/s{}\n", step + 1,
                  config.sft_max_num_steps, r.loss, lr, r.grad_norm, r.tokens / seconds,
                  line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");
       std::fflush(stdout);
     }
   }
+  progress.end_line();
   result.val_accuracy_after = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
   result.checkpoint = run_dir / "checkpoint";
   save_checkpoint(result.checkpoint, model, &optimizer, {{"sft_steps", config.sft_max_num_steps}});
