@@ -215,12 +215,12 @@ double time_cold(const std::function<void()>& fn, int repeats, const AlignedBuff
   return median(times);
 }
 
-// The levels whose GEMMs and GEMVs the bench compares: AVX2, AVX-512 and AMX where present.
+// The levels whose GEMMs and GEMVs the bench compares: AVX2, AVX-512 and AMX where present and
+// not above FP8RL_ISA's cap (the portable level only when nothing faster runs).
 std::vector<Isa> fast_isas() {
   std::vector<Isa> isas;
-  if (cpu_features().has_avx2_kernels()) isas.push_back(Isa::kAvx2);
-  if (cpu_features().has_avx512_kernels()) isas.push_back(Isa::kAvx512);
-  if (cpu_features().has_amx_kernels()) isas.push_back(Isa::kAmx);
+  for (Isa isa : isa_levels_up_to_auto())
+    if (isa != Isa::kPortable) isas.push_back(isa);
   if (isas.empty()) isas.push_back(Isa::kPortable);
   return isas;
 }

@@ -1,8 +1,11 @@
 // `fp8rl bench model`: training throughput of the trainer (forward + backward + AdamW step, the
 // work of one sft_step) in tokens/s, BF16 and FP8 linears, one thread and two, against the same
 // model and batch in PyTorch (BF16 autocast on CPU, eager, torch.optim.AdamW) measured in the
-// same run, and against the peak of the GEMM path in use (AMX tiles or vdpbf16ps). The peer runs twice: as PyTorch runs by default (its
-// oneDNN uses AMX tiles on a CPU that has them) and limited to AVX-512 BF16 like our kernels.
+// same run, and against the peak of the GEMM path in use (AMX tiles, vdpbf16ps or AVX2 FMAs).
+// On AVX-512 levels the peer runs twice: as PyTorch runs by default (its oneDNN uses AMX tiles on
+// a CPU that has them) and limited to AVX-512 BF16 like our kernels. On the AVX2 level it runs
+// limited to AVX2 (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA), with BF16 autocast and in FP32, and
+// the faster of the two is the peer (peer_variants below).
 //
 // The kernels take their thread count from the process-wide pool (FP8RL_NUM_THREADS, read once
 // at start-up; core/thread_pool.h), so each thread count runs in a child process of this binary
@@ -37,6 +40,7 @@ namespace fp8rl::bench {
 
 double peak_bf16_dot_gflops(int64_t iterations);  // bench_kernels.cc
 double peak_amx_bf16_gflops(int64_t iterations);  // bench_kernels.cc
+double peak_fma_avx2_gflops(int64_t iterations);  // bench_kernels.cc
 
 // ---- helpers shared with bench_generate.cc (declared in bench_suites.h) ----------------------
 
@@ -155,14 +159,20 @@ void run_model_child(const BenchOptions& options, bool quick) {
   }
   const std::vector<double> seconds = time_interleaved(steps, options.repeats);
 
-  // The compute limit of the GEMM path in use: AMX tile products or vdpbf16ps.
+  // The compute limit of the GEMM path in use: AMX tile products, vdpbf16ps, or the AVX2 level's
+  // FP32 FMAs (its BF16 and FP8 operands are widened to FP32 while packing).
+  const Isa level = resolve_isa(Isa::kAuto);
+  const char* limit = level == Isa::kAmx    ? "peak_amx_bf16 x threads"
+                      : uses_avx512(level)  ? "peak_bf16_dot x threads"
+                      : level == Isa::kAvx2 ? "peak_fma_avx2 x threads"
+                                            : nullptr;
   double peak = 0;
-  const bool amx = resolve_isa(Isa::kAuto) == Isa::kAmx;
-  if (uses_avx512(resolve_isa(Isa::kAuto))) {
+  if (limit) {
     std::vector<double> runs;
     for (int i = 0; i < 3; ++i)
-      runs.push_back(amx ? peak_amx_bf16_gflops(quick ? 20'000 : 300'000)
-                         : peak_bf16_dot_gflops(quick ? 200'000 : 3'000'000));
+      runs.push_back(level == Isa::kAmx    ? peak_amx_bf16_gflops(quick ? 20'000 : 300'000)
+                     : level == Isa::kAvx2 ? peak_fma_avx2_gflops(quick ? 2'000'000 : 20'000'000)
+                                           : peak_bf16_dot_gflops(quick ? 200'000 : 3'000'000));
     peak = median(runs);
   }
   const double tokens = static_cast<double>(s.B * s.T);
@@ -178,7 +188,7 @@ void run_model_child(const BenchOptions& options, bool quick) {
                                 {"tokens_per_s", tokens / seconds[i]},
                                 {"linear_gflops", gflops}};
     if (peak > 0) {
-      r["limit"] = amx ? "peak_amx_bf16 x threads" : "peak_bf16_dot x threads";
+      r["limit"] = limit;
       r["limit_gflops"] = peak * threads;
       r["ratio_to_limit"] = gflops / (peak * threads);
     }
@@ -190,18 +200,25 @@ void run_model_child(const BenchOptions& options, bool quick) {
 
 // One run of the PyTorch peer: environment prefix, --precision, and the label of its ISA limit.
 // `second_peer`: reported beside the peer (the AVX-512-limited run on AVX-512 machines).
+// `batch`: sequences per step (0: the bench's own batch). Debian's PyTorch does FP32 matmuls in
+// its generic reference BLAS (about 3 GFLOP/s), so its FP32 step of the full batch takes minutes:
+// that variant runs one sequence, once after the warm-up (a rate that does not depend on the
+// batch at that speed; the record's "tokens" field says how many were timed).
 struct PeerVariant {
   const char* env;
   const char* precision;
   const char* isa_limit;
   bool second_peer;
+  int64_t batch;
+  int repeats;  // 0: the bench's --repeats
 };
 
 std::vector<PeerVariant> peer_variants(bool avx2_or_below) {
   if (avx2_or_below)
-    return {{"ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ", "bf16", "avx2", false},
-            {"ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ", "fp32", "avx2", false}};
-  return {{"", "bf16", "default", false}, {"ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 ", "bf16", "avx512_core_bf16", true}};
+    return {{"ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ", "bf16", "avx2", false, 0, 0},
+            {"ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ", "fp32", "avx2", false, 1, 1}};
+  return {{"", "bf16", "default", false, 0, 0},
+          {"ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 ", "bf16", "avx512_core_bf16", true, 0, 0}};
 }
 
 }  // namespace
@@ -234,13 +251,15 @@ void run_model_bench(const BenchOptions& options, bool quick) {
     nlohmann::ordered_json peer, peer_avx512;
     if (!script.empty()) {
       for (const PeerVariant& v : peer_variants(avx2_or_below)) {
-        const auto lines = run_json_lines(fmt::format(
-            "{}/usr/bin/python3 '{}' {} --threads {} --repeats {} --batch {} --seq {} --precision {}", v.env, script,
-            torch_model_arguments(s.config), threads, options.repeats, s.B, s.T, v.precision));
+        const auto lines = run_json_lines(
+            fmt::format("{}/usr/bin/python3 '{}' {} --threads {} --repeats {} --batch {} --seq {} --precision {}",
+                        v.env, script, torch_model_arguments(s.config), threads,
+                        v.repeats > 0 ? v.repeats : options.repeats, v.batch > 0 ? v.batch : s.B, s.T, v.precision));
         if (lines.empty()) continue;
         nlohmann::ordered_json p = lines.front();
         p["isa_limit"] = v.isa_limit;
         emit(p, options);
+        if (p.contains("error")) continue;  // this variant cannot run under these limits
         if (v.second_peer) {
           peer_avx512 = p;
         } else if (peer.is_null() || p.value("tokens_per_s", 0.0) > peer.value("tokens_per_s", 0.0)) {

@@ -6,6 +6,8 @@ mean token cross-entropy, backward,
 global-norm clipping to 1.0, torch.optim.AdamW on FP32 master weights: the same work as
 fp8rl's sft_step. Random tokens; every position is scored. Prints one JSON line:
   {"suite": "model", "case": "torch_train_step", "tokens_per_s": ..., "seconds": ..., "threads": ...}
+or, when the step cannot run under the given limits (e.g. BF16 autocast with oneDNN capped to
+AVX2: "could not create a primitive descriptor"), {"suite": ..., "case": ..., "error": "..."}.
 Run with Debian's /usr/bin/python3 (python3-torch); fp8rl's benchmark launches it.
 """
 import argparse
@@ -19,6 +21,10 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_llama import Llama, add_model_arguments  # noqa: E402
+
+
+def impl(precision):
+    return f"torch {torch.__version__} eager, " + ("bf16 autocast" if precision == "bf16" else "fp32")
 
 
 def main():
@@ -45,15 +51,19 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
-    step()  # warm-up
+    try:
+        step()  # warm-up
+    except RuntimeError as e:
+        print(json.dumps({"suite": "model", "case": "torch_train_step", "impl": impl(a.precision),
+                          "threads": a.threads, "error": str(e).splitlines()[0]}), flush=True)
+        return
     times = []
     for _ in range(max(1, a.repeats)):
         t = time.perf_counter()
         step()
         times.append(time.perf_counter() - t)
     seconds = statistics.median(times)
-    print(json.dumps({"suite": "model", "case": "torch_train_step", "impl": f"torch {torch.__version__} eager, "
-                      + ("bf16 autocast" if a.precision == "bf16" else "fp32"),
+    print(json.dumps({"suite": "model", "case": "torch_train_step", "impl": impl(a.precision),
                       "threads": a.threads, "tokens": a.batch * a.seq, "seconds": seconds,
                       "tokens_per_s": a.batch * a.seq / seconds}), flush=True)
 
