@@ -158,7 +158,8 @@ void run_onednn_child(const char* isa, const BenchOptions& options) {
 }
 
 // Runs the peer children and returns their records keyed by (isa_limit, threads, shape). A child
-// runs only if a GEMM line that shows its figure is wanted (the AVX2 one: an avx2 line).
+// runs only if a GEMM line that shows its figure is wanted (the AVX2 one: an avx2 line; the BF16
+// ones: a line of an AVX-512 or AMX level).
 using PeerKey = std::tuple<std::string, int, std::string>;
 std::map<PeerKey, nlohmann::ordered_json> run_onednn_peers(const BenchOptions& options, const std::vector<Isa>& isas) {
   std::map<PeerKey, nlohmann::ordered_json> peers;
@@ -173,7 +174,7 @@ std::map<PeerKey, nlohmann::ordered_json> run_onednn_peers(const BenchOptions& o
       for (const GemmShape& s : gemm_shapes())
         for (const std::string& name : gemm_case_names(s))
           for (Isa level : isas)
-            if (!avx2_peer || level == Isa::kAvx2) needed = needed || wanted(case_key(name, s.str(), level, threads));
+            if (avx2_peer == (level == Isa::kAvx2)) needed = needed || wanted(case_key(name, s.str(), level, threads));
       if (!needed) continue;
       const std::string cmd =
           fmt::format("OMP_NUM_THREADS={} FP8RL_BENCH_ONEDNN_CHILD={} '{}' bench kernels --json --repeats {}", threads,

@@ -33,6 +33,7 @@
 #include "numerics/simd_target.h"
 
 FP8RL_AVX2_BEGIN
+#include "kernels/avx2_transpose_inl.h"
 #include "numerics/avx2_codec_inl.h"  // inside the region by design (see that header)
 
 namespace fp8rl::gemm_detail {
@@ -82,26 +83,6 @@ inline void store_lanes(float* p, __m256 v, int lanes) {
   _mm_store_sd(reinterpret_cast<double*>(p + 4), _mm_castps_pd(_mm256_extractf128_ps(v, 1)));
 }
 
-// r[i] lane j -> r[j] lane i.
-inline void transpose8(__m256 (&r)[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
 // ---- packing -------------------------------------------------------------------------------
 
 // K-contiguous source (element (r, k) at src[r * ld + k]): rows [r0, r0 + rows) x k [k0, k0 + kc)
@@ -123,7 +104,7 @@ void pack_rows(const T* src, int64_t ld, int64_t r0, int rows, int tile, int64_t
           v[i] = n == 8 ? load8(base + i * ld + k) : load_partial(base + i * ld + k, n);
         }
       }
-      transpose8(v);
+      avx2::transpose8(v);
       for (int j = 0; j < n; ++j) store_lanes(out + (k + j) * tile + g, v[j], lanes);
     }
   }

@@ -23,6 +23,7 @@
 #include "numerics/simd_target.h"
 
 FP8RL_AVX2_BEGIN
+#include "kernels/avx2_transpose_inl.h"
 #include "numerics/avx2_codec_inl.h"  // inside the region by design (see that header)
 
 namespace fp8rl::gemm_detail {
@@ -100,23 +101,10 @@ void transpose_b(const float* b, int64_t ldb, int64_t N, int64_t K, float* bt) {
       __m256 r[8];
 #pragma GCC unroll 8
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(b + (n0 + i) * ldb + k0);
-      const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      avx2::transpose8(r);
       float* out = bt + k0 * N + n0;
-      _mm256_storeu_ps(out + 0 * N, _mm256_permute2f128_ps(s0, s4, 0x20));
-      _mm256_storeu_ps(out + 1 * N, _mm256_permute2f128_ps(s1, s5, 0x20));
-      _mm256_storeu_ps(out + 2 * N, _mm256_permute2f128_ps(s2, s6, 0x20));
-      _mm256_storeu_ps(out + 3 * N, _mm256_permute2f128_ps(s3, s7, 0x20));
-      _mm256_storeu_ps(out + 4 * N, _mm256_permute2f128_ps(s0, s4, 0x31));
-      _mm256_storeu_ps(out + 5 * N, _mm256_permute2f128_ps(s1, s5, 0x31));
-      _mm256_storeu_ps(out + 6 * N, _mm256_permute2f128_ps(s2, s6, 0x31));
-      _mm256_storeu_ps(out + 7 * N, _mm256_permute2f128_ps(s3, s7, 0x31));
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + i * N, r[i]);
     }
     for (int64_t n = n0; n < n0 + 8; ++n)
       for (int64_t k = k0; k < K; ++k) bt[k * N + n] = b[n * ldb + k];
