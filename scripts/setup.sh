@@ -36,7 +36,8 @@ if ! command -v npm > /dev/null; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
-# The independent TensorBoard event-file reader of the tests (tools/oracles/tfevents_check.js).
+# The independent implementations the tests compare with: a TensorBoard event-file reader
+# (tools/oracles/tfevents_check.js) and the Llama 3 tokenizer (tools/oracles/tokenizer_check.js).
 npm install --prefix "$root/tools/oracles" --no-audit --no-fund --loglevel=error
 echo "setup: npm packages of tools/oracles present"
 # uPlot, the chart library that `fp8rl report` compiles into its pages (src/report/report_assets.cmake).
