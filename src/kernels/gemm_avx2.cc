@@ -55,7 +55,8 @@ inline __m256 load8(const uint8_t* p) {
 
 // The first 6 elements at p in lanes 0-5 (lanes 6, 7 zero), reading nothing past p[5].
 inline __m256 load6(const float* p) {
-  const __m128 hi = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p + 4)));
+  // _mm_loadl_epi64 reads through an unaligned type (_mm_load_sd would dereference a double*).
+  const __m128 hi = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 4)));
   return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)), hi, 1);
 }
 inline __m256 load6(const bf16_t* p) {
@@ -80,7 +81,7 @@ inline void store_lanes(float* p, __m256 v, int lanes) {
     return;
   }
   _mm_storeu_ps(p, _mm256_castps256_ps128(v));
-  _mm_store_sd(reinterpret_cast<double*>(p + 4), _mm_castps_pd(_mm256_extractf128_ps(v, 1)));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p + 4), _mm_castps_si128(_mm256_extractf128_ps(v, 1)));
 }
 
 // ---- packing -------------------------------------------------------------------------------
