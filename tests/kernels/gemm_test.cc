@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -237,13 +238,13 @@ TEST(Gemm, RoundedOutputEqualsRoundingAfterwards) {
       }
 }
 
-// Small FP32 products take the unpacked path (gemm_direct_avx512.cc); it must give the blocked
-// AVX-512 path's bits in every form, with accumulate and rounding, on shapes around its 6 x 64
-// register tile.
-TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
-  if (!cpu_features().has_avx512_kernels()) GTEST_SKIP() << "no AVX-512 kernels on this CPU";
-  // Up to the path's limits (B at most 8192 elements, at most 2^20 multiply-adds).
-  const Shape3 shapes[] = {{1, 1, 1}, {5, 17, 3}, {6, 64, 64}, {7, 65, 120}, {64, 100, 64}, {13, 130, 60}};
+// An unpacked small-product path (gemm_direct_*.cc) must give its level's blocked FP32 bits in
+// every form, with accumulate and rounding, on `shapes` (within the path's limits: B at most 8192
+// elements, at most 2^20 multiply-adds), and decline larger and empty products (left to the
+// blocked driver, which leaves C as it is when K = 0).
+using DirectGemm = bool (*)(const gemm_detail::GemmProblem&);
+void expect_direct_gives_the_blocked_bits(DirectGemm direct_gemm, const gemm_detail::GemmBackend& blocked_backend,
+                                          std::initializer_list<Shape3> shapes) {
   for (const Shape3& s : shapes)
     for (Form f : {Form::kNT, Form::kNN, Form::kTN})
       for (bool accumulate : {false, true})
@@ -259,14 +260,13 @@ TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
           const std::vector<float> start = random_values(s.M * p.ldc, 23);
           std::vector<float> direct = start, blocked = start;
           p.c = direct.data();
-          ASSERT_TRUE(gemm_detail::gemm_direct_f32_avx512(p)) << s.M << "x" << s.N << "x" << s.K;
+          ASSERT_TRUE(direct_gemm(p)) << s.M << "x" << s.N << "x" << s.K;
           p.c = blocked.data();
-          gemm_detail::gemm_blocked(p, gemm_detail::gemm_backend_avx512(gemm_detail::OperandType::kF32), 1);
+          gemm_detail::gemm_blocked(p, blocked_backend, 1);
           EXPECT_EQ(0, std::memcmp(direct.data(), blocked.data(), direct.size() * 4))
               << s.M << "x" << s.N << "x" << s.K << " " << form_name(f) << (accumulate ? " accumulate" : "")
               << (round ? " round" : "");
         }
-  // Larger and empty products are declined (and left to the blocked path).
   std::vector<float> a(128 * 128), b(128 * 128), c(8 * 128);
   gemm_detail::GemmProblem big;
   big.M = 8, big.N = 128, big.K = 128;
@@ -274,48 +274,25 @@ TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
   big.b = {gemm_detail::OperandType::kF32, b.data(), 128, true, nullptr};
   big.c = c.data();
   big.ldc = 128;
-  EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx512(big));
-  big.N = 8, big.K = 0;  // empty: left to the driver, which leaves C as it is
-  EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx512(big));
+  EXPECT_FALSE(direct_gemm(big));
+  big.N = 8, big.K = 0;
+  EXPECT_FALSE(direct_gemm(big));
 }
 
-// The AVX2 twin of the test above: its unpacked path (gemm_direct_avx2.cc, 6 x 16 tile) gives the
-// blocked AVX2 path's bits.
+// The AVX-512 unpacked path: 6 x 64 register tile.
+TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
+  if (!cpu_features().has_avx512_kernels()) GTEST_SKIP() << "no AVX-512 kernels on this CPU";
+  expect_direct_gives_the_blocked_bits(
+      gemm_detail::gemm_direct_f32_avx512, gemm_detail::gemm_backend_avx512(gemm_detail::OperandType::kF32),
+      {{1, 1, 1}, {5, 17, 3}, {6, 64, 64}, {7, 65, 120}, {64, 100, 64}, {13, 130, 60}});
+}
+
+// The AVX2 unpacked path: 6 x 16 register tile.
 TEST(Gemm, SmallFloat32ProductsGiveTheBlockedAvx2PathsBits) {
   if (!cpu_features().has_avx2_kernels()) GTEST_SKIP() << "no AVX2 kernels on this CPU";
-  const Shape3 shapes[] = {{1, 1, 1}, {5, 17, 3}, {6, 16, 64}, {7, 9, 120}, {6, 8, 5}, {64, 100, 64}, {13, 130, 60}};
-  for (const Shape3& s : shapes)
-    for (Form f : {Form::kNT, Form::kNN, Form::kTN})
-      for (bool accumulate : {false, true})
-        for (bool round : {false, true}) {
-          const Operands o = lay_out(f, s, random_values(s.M * s.K, 21), random_values(s.N * s.K, 22));
-          gemm_detail::GemmProblem p;
-          p.M = s.M, p.N = s.N, p.K = s.K;
-          p.a = {gemm_detail::OperandType::kF32, o.a_phys.data(), o.lda, f != Form::kTN, nullptr};
-          p.b = {gemm_detail::OperandType::kF32, o.b_phys.data(), o.ldb, f == Form::kNT, nullptr};
-          p.ldc = s.N + 2;
-          p.accumulate = accumulate;
-          p.round_output_bf16 = round;
-          const std::vector<float> start = random_values(s.M * p.ldc, 23);
-          std::vector<float> direct = start, blocked = start;
-          p.c = direct.data();
-          ASSERT_TRUE(gemm_detail::gemm_direct_f32_avx2(p)) << s.M << "x" << s.N << "x" << s.K;
-          p.c = blocked.data();
-          gemm_detail::gemm_blocked(p, gemm_detail::gemm_backend_avx2(gemm_detail::OperandType::kF32), 1);
-          EXPECT_EQ(0, std::memcmp(direct.data(), blocked.data(), direct.size() * 4))
-              << s.M << "x" << s.N << "x" << s.K << " " << form_name(f) << (accumulate ? " accumulate" : "")
-              << (round ? " round" : "");
-        }
-  std::vector<float> a(128 * 128), b(128 * 128), c(8 * 128);
-  gemm_detail::GemmProblem big;
-  big.M = 8, big.N = 128, big.K = 128;
-  big.a = {gemm_detail::OperandType::kF32, a.data(), 128, true, nullptr};
-  big.b = {gemm_detail::OperandType::kF32, b.data(), 128, true, nullptr};
-  big.c = c.data();
-  big.ldc = 128;
-  EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx2(big));
-  big.N = 8, big.K = 0;
-  EXPECT_FALSE(gemm_detail::gemm_direct_f32_avx2(big));
+  expect_direct_gives_the_blocked_bits(
+      gemm_detail::gemm_direct_f32_avx2, gemm_detail::gemm_backend_avx2(gemm_detail::OperandType::kF32),
+      {{1, 1, 1}, {5, 17, 3}, {6, 16, 64}, {7, 9, 120}, {6, 8, 5}, {64, 100, 64}, {13, 130, 60}});
 }
 
 // Shapes for the AVX2 bit-equality tests: every combination of these sizes crosses the 6 x 16 and
