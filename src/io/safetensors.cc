@@ -13,6 +13,8 @@
 #include "core/aligned_buffer.h"
 #include "core/check.h"
 #include "io/atomic_file.h"
+#include "numerics/bf16.h"
+#include "numerics/f16.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -364,6 +366,24 @@ Tensor SafetensorsFile::read(std::string_view name) const {
     fail(path_, fmt::format("tensor '{}' has dtype {}, which fp8rl does not read (supported: F32, BF16, F8_E4M3, I32, U8)",
                             name, meta.dtype_name));
   return read(name, *meta.dtype, meta.shape);
+}
+
+void SafetensorsFile::read_as_f32(std::string_view name, float* dst) const {
+  const SafetensorsTensorInfo& meta = info(name);
+  const int64_t n = meta.shape.numel();
+  if (meta.dtype_name == "F32") {
+    read_into(name, TensorView::contiguous(dst, DType::kF32, meta.shape));
+    return;
+  }
+  if (meta.dtype_name != "BF16" && meta.dtype_name != "F16")
+    fail(path_, fmt::format("tensor '{}' has dtype {}, expected F32, BF16 or F16", name, meta.dtype_name));
+  std::vector<uint16_t> half(static_cast<size_t>(n));
+  read_bytes(data_start_ + meta.begin, half.data(), meta.end - meta.begin, name);
+  if (meta.dtype_name == "BF16") {
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(half[static_cast<size_t>(i)]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(half[static_cast<size_t>(i)]);
+  }
 }
 
 }  // namespace fp8rl

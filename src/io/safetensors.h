@@ -95,6 +95,9 @@ class SafetensorsFile {
   Tensor read(std::string_view name, DType expected_dtype, const Shape& expected_shape) const;
   // Reads a tensor with whatever (supported) dtype and shape the file has.
   Tensor read(std::string_view name) const;
+  // Reads a floating-point tensor stored as F32, BF16 or F16 and widens it (exactly) to FP32
+  // into `dst` [numel of its shape]. Throws Error naming the tensor for any other dtype.
+  void read_as_f32(std::string_view name, float* dst) const;
   // Reads a tensor into existing storage (any strides) whose dtype and shape must match.
   void read_into(std::string_view name, const TensorView& dst) const;
 

@@ -1,7 +1,8 @@
 // Model checkpoints: a directory in the Hugging Face layout, published atomically.
 //
 //   DIR/config.json            HF config (LlamaForCausalLM, or Qwen3ForCausalLM with q/k-norm)
-//   DIR/model.safetensors      FP32 master weights under their HF names
+//   DIR/model.safetensors      FP32 master weights under their HF names (any HF model directory
+//                              loads as a starting point: see hf_weights.h)
 //   DIR/optimizer.safetensors  (optional) AdamW moments "exp_avg.NAME" / "exp_avg_sq.NAME",
 //                              metadata "step"
 //   DIR/trainer_state.json     (optional) whatever the training loop needs to resume
@@ -14,28 +15,23 @@
 #include <filesystem>
 
 #include "model/config.h"
+#include "model/hf_config.h"   // load_model_config
+#include "model/hf_weights.h"  // load_model_weights
 #include "model/optimizer.h"
 #include "model/transformer.h"
 
 namespace fp8rl {
 
 // Writes the checkpoint into DIR atomically (a previous checkpoint at DIR is replaced whole).
-// `optimizer` and `trainer_state` are optional (nullptr / null json).
+// `optimizer` and `trainer_state` are optional (nullptr / null json). `model_source`, when given,
+// is the HF model directory the run started from: its tokenizer files are copied and its other
+// config.json keys kept, so the checkpoint is a complete model directory.
 void save_checkpoint(const std::filesystem::path& dir, const Transformer& model, const AdamW* optimizer,
-                     const nlohmann::json& trainer_state);
+                     const nlohmann::json& trainer_state, const std::filesystem::path& model_source = {});
 
-// The architecture stored in DIR/config.json.
-ModelConfig load_model_config(const std::filesystem::path& dir);
-// Reads DIR/model.safetensors into the model's masters (every tensor must be there with its
-// shape, F32 or BF16) and refreshes the low-precision copies.
-void load_model_weights(const std::filesystem::path& dir, Transformer& model);
 // Reads DIR/optimizer.safetensors; throws if the checkpoint has none.
 void load_optimizer_state(const std::filesystem::path& dir, AdamW& optimizer);
 // DIR/trainer_state.json, or a null json if there is none.
 nlohmann::json load_trainer_state(const std::filesystem::path& dir);
-
-// HF config.json contents for `config` (and the inverse, which validates every field).
-nlohmann::json hf_config_json(const ModelConfig& config);
-ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string& source);
 
 }  // namespace fp8rl

@@ -50,6 +50,23 @@ void Linear::refresh_weights(const float* master) {
     quantize_into(TensorView::contiguous(const_cast<float*>(master), DType::kF32, Shape{N_, K_}), w_fp8_);
 }
 
+void Linear::install_fp8_weights(const QuantizedMatrix& w) {
+  FP8RL_CHECK(precision_ == Precision::kFP8, "linear '{}': FP8 weights given to a {} layer", name_,
+              precision_name(precision_));
+  FP8RL_CHECK(w.mode == ScalingMode::kBlocks128x128 && w.rows == N_ && w.cols == K_,
+              "linear '{}': FP8 weights are {}, expected kBlocks128x128 [{}, {}]", name_, w.str(), N_, K_);
+  QuantizedMatrix& row = w_fp8_.rowwise;
+  std::copy(w.codes.data(), w.codes.data() + N_ * K_, row.codes.data());
+  std::copy(w.scale_inv.data(), w.scale_inv.data() + w.scales().numel(), row.scale_inv.data());
+  FP8RL_CHECK(w_fp8_.columnwise.has_value(), "linear '{}': no column-wise copy to fill", name_);
+  QuantizedMatrix& col = *w_fp8_.columnwise;  // [K, N]: the codes and the block scales transposed
+  for (int64_t n = 0; n < N_; ++n)
+    for (int64_t k = 0; k < K_; ++k) col.codes[static_cast<size_t>(k * N_ + n)] = w.codes[static_cast<size_t>(n * K_ + k)];
+  const ScaleShape rs = w.scales(), cs = col.scales();
+  for (int64_t i = 0; i < rs.rows; ++i)
+    for (int64_t j = 0; j < rs.cols; ++j) col.scale_inv[static_cast<size_t>(j * cs.cols + i)] = w.scale_inv[static_cast<size_t>(i * rs.cols + j)];
+}
+
 void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bool save_for_backward,
                      const LinearCache* same_x) const {
   FP8RL_CHECK(w_master_ != nullptr, "linear '{}': refresh_weights was never called", name_);

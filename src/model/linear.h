@@ -47,6 +47,11 @@ class Linear {
   void refresh_weights(const float* master);
   // The step's FP8 weights (FP8 layers only) and BF16 weights (BF16 layers only).
   const QuantizedTensor& fp8_weights() const { return w_fp8_; }
+  // Replaces this step's FP8 weights (FP8 layers only) with `w`, [N, K] in 128x128 blocks, and
+  // makes the column-wise copy from it (the same blocks transposed, as quantize_into would):
+  // loading an FP8 export installs the bytes it was written from. The next refresh_weights
+  // quantizes the master afresh.
+  void install_fp8_weights(const QuantizedMatrix& w);
   const AlignedBuffer<bf16_t>& bf16_weights() const { return w_bf16_; }
 
   // y [M, N] = x [M, K] W^T; saves what backward needs in `cache`. With save_for_backward false

@@ -177,6 +177,13 @@ std::vector<Transformer::NamedLinear> Transformer::linears() const {
   return out;
 }
 
+void Transformer::install_fp8_weights(std::string_view name, const QuantizedMatrix& w) {
+  for (LayerLinears& ll : linears_)
+    for (Linear* lin : {&ll.q, &ll.k, &ll.v, &ll.o, &ll.gate, &ll.up, &ll.down})
+      if (lin->name() == name) return lin->install_fp8_weights(w);
+  FP8RL_CHECK(false, "install_fp8_weights: '{}' is not a layer linear of this model", name);
+}
+
 void Transformer::round_activations(float* x, int64_t n) const {
   if (policy_.activations == Precision::kBF16) bf16_round_f32(x, n);
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "core/aligned_buffer.h"
@@ -69,6 +70,9 @@ class Transformer {
     const Linear* linear;
   };
   std::vector<NamedLinear> linears() const;
+  // Linear::install_fp8_weights on the linear whose weight is `name` (an FP8 layer); throws for
+  // any other name.
+  void install_fp8_weights(std::string_view name, const QuantizedMatrix& w);
   // Absolute maxima of q, k (after q/k-norm and RoPE) and v per layer in the last forward,
   // over real (non-padding) rows: the KV-cache calibration of fp8-recipe.md section 6.
   struct QkvAmax {

@@ -45,7 +45,7 @@ std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std:
   return out;
 }
 
-double greedy_validation_accuracy(Transformer& model, const Task& task, const CharTokenizer& tokenizer,
+double greedy_validation_accuracy(Transformer& model, const Task& task, const Tokenizer& tokenizer,
                                   int64_t max_examples, int64_t max_new_tokens, int64_t batch_size) {
   const auto& val = task.validation();
   const int64_t n = std::min<int64_t>(max_examples, static_cast<int64_t>(val.size()));
@@ -54,10 +54,7 @@ double greedy_validation_accuracy(Transformer& model, const Task& task, const Ch
   for (int64_t i0 = 0; i0 < n; i0 += batch_size) {
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t i = i0; i < std::min(n, i0 + batch_size); ++i) {
-      std::vector<int32_t> p = {tokenizer.bos()};
-      const std::vector<int32_t> ids = tokenizer.encode(val[static_cast<size_t>(i)].prompt);
-      p.insert(p.end(), ids.begin(), ids.end());
-      prompts.push_back(std::move(p));
+      prompts.push_back(tokenizer.encode_prompt(val[static_cast<size_t>(i)].prompt));
     }
     const auto out = greedy_continue(model, prompts, max_new_tokens, tokenizer.eos(), tokenizer.pad());
     for (size_t j = 0; j < out.size(); ++j)

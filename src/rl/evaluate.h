@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/transformer.h"
-#include "tasks/char_tokenizer.h"
+#include "tasks/tokenizer.h"
 #include "tasks/task.h"
 
 namespace fp8rl {
@@ -19,7 +19,7 @@ std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std:
 
 // Greedy accuracy (mean reward) on the first `max_examples` validation examples, in batches of
 // `batch_size` prompts.
-double greedy_validation_accuracy(Transformer& model, const Task& task, const CharTokenizer& tokenizer,
+double greedy_validation_accuracy(Transformer& model, const Task& task, const Tokenizer& tokenizer,
                                   int64_t max_examples, int64_t max_new_tokens, int64_t batch_size = 64);
 
 }  // namespace fp8rl

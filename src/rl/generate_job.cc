@@ -5,13 +5,14 @@
 #include "core/check.h"
 #include "model/checkpoint.h"
 #include "rl/refit.h"
-#include "tasks/char_tokenizer.h"
+#include "rl/model_source.h"
 
 namespace fp8rl {
 
 void run_generate_job(const GenerateJobOptions& o) {
-  const CharTokenizer tok;
   const ModelConfig config = load_model_config(o.checkpoint);
+  const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(o.checkpoint, "auto", config);
+  const Tokenizer& tok = *tokenizer;
   PrecisionPolicy policy;
   policy.linear = parse_precision(o.precision);
   FP8RL_CHECK(policy.linear != Precision::kF32, "--precision must be bf16 or fp8, got {}", o.precision);
@@ -23,9 +24,7 @@ void run_generate_job(const GenerateJobOptions& o) {
   eo.batch_invariant = o.batch_invariant;
   GenerationEngine engine(config, policy, eo);
   refit_generator_weights(trainer, engine);
-  std::vector<int32_t> prompt = {tok.bos()};
-  const std::vector<int32_t> ids = tok.encode(o.prompt);
-  prompt.insert(prompt.end(), ids.begin(), ids.end());
+  const std::vector<int32_t> prompt = tok.encode_prompt(o.prompt);
   if (eo.kv_dtype == KvDtype::kFP8) {
     TokenBatch b = TokenBatch::empty(1, static_cast<int64_t>(prompt.size()), tok.pad());
     b.tokens = prompt;

@@ -18,7 +18,7 @@
 #include "rl/evaluate.h"
 #include "rl/grpo_loss.h"
 #include "rl/refit.h"
-#include "tasks/char_tokenizer.h"
+#include "rl/model_source.h"
 
 namespace fp8rl {
 
@@ -82,17 +82,6 @@ std::vector<QkvScales> scales_from_json(const nlohmann::json& j) {
   return s;
 }
 
-Transformer load_policy(const RunConfig& config, const fs::path* checkpoint) {
-  if (checkpoint != nullptr) {
-    Transformer m(load_model_config(*checkpoint), config.trainer_policy());
-    load_model_weights(*checkpoint, m);
-    return m;
-  }
-  Transformer m(config.model_config(), config.trainer_policy());
-  m.init_random(static_cast<uint64_t>(config.model_seed));
-  return m;
-}
-
 // Keeps the first `steps` lines of a metrics file (a resumed run rewrites what follows).
 void truncate_metrics(const fs::path& path, int64_t steps) {
   std::ifstream in(path);
@@ -113,7 +102,6 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   FP8RL_CHECK(rollouts % global == 0,
               "policy.train_global_batch_size ({}) must divide grpo.num_prompts_per_step * num_generations_per_prompt ({})",
               global, rollouts);
-  const CharTokenizer tok;
   const std::unique_ptr<Task> task = make_task(config);
   const fs::path run_dir = config.log_dir, ckpt_dir = run_dir / "checkpoint";
   if (resume) {
@@ -124,16 +112,15 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
                 "run directory '{}' already holds a run: pass --resume to continue it, or choose another logger.log_dir",
                 run_dir.string());
   }
-  std::optional<fs::path> init_ckpt;
-  if (config.model_checkpoint) init_ckpt = fs::path(*config.model_checkpoint);
-  Transformer policy = load_policy(config, init_ckpt ? &*init_ckpt : nullptr);
-  for (const Example& e : task->train())
-    FP8RL_CHECK(static_cast<int64_t>(1 + tok.encode(e.prompt).size()) + config.max_new_tokens <= policy.config().max_seq_len,
-                "prompt '{}' + generation.max_new_tokens {} exceed the model's max_seq_len {}", e.prompt,
-                config.max_new_tokens, policy.config().max_seq_len);
+  Transformer policy = load_job_model(config);
+  const std::unique_ptr<Tokenizer> tokenizer = load_job_tokenizer(config, policy.config());
+  const Tokenizer& tok = *tokenizer;
+  for (const auto* split : {&task->train(), &task->validation()})
+    encode_prompts(tok, *split, config.max_new_tokens, policy.config().max_seq_len,
+                   split == &task->train() ? "training" : "validation");
   const bool use_reference = config.loss.reference_policy_kl_penalty > 0;
   std::optional<Transformer> reference;
-  if (use_reference) reference.emplace(load_policy(config, init_ckpt ? &*init_ckpt : nullptr));
+  if (use_reference) reference.emplace(load_job_model(config));
   AdamW optimizer(policy.layout(), config.adam);
   LrSchedule schedule = config.schedule;
   if (schedule.total_steps == 0) schedule.total_steps = config.grpo_max_num_steps * (rollouts / global);
@@ -174,12 +161,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     const auto& val = task->validation();
     const int64_t n = std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(val.size()));
     std::vector<std::vector<int32_t>> prompts;
-    for (int64_t i = 0; i < n; ++i) {
-      std::vector<int32_t> p = {tok.bos()};
-      const auto ids = tok.encode(val[static_cast<size_t>(i)].prompt);
-      p.insert(p.end(), ids.begin(), ids.end());
-      prompts.push_back(std::move(p));
-    }
+    for (int64_t i = 0; i < n; ++i) prompts.push_back(tok.encode_prompt(val[static_cast<size_t>(i)].prompt));
     const auto out = generator.generate(prompts, 1, val_opts);
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += task->reward(val[static_cast<size_t>(i)], tok.decode_response(out[static_cast<size_t>(i)].tokens));
@@ -199,12 +181,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     if (kv_scales.empty()) {
       // Before the first step: calibrate on the first step's prompts.
       std::vector<std::vector<int32_t>> calib;
-      for (const Example* e : draw_prompts(start_step)) {
-        std::vector<int32_t> p = {tok.bos()};
-        const auto ids = tok.encode(e->prompt);
-        p.insert(p.end(), ids.begin(), ids.end());
-        calib.push_back(std::move(p));
-      }
+      for (const Example* e : draw_prompts(start_step)) calib.push_back(tok.encode_prompt(e->prompt));
       kv_scales = kv_scales_from_amax(calibrate_qkv_amax(policy, std::move(calib), P, tok.pad()));
     }
     generator.set_kv_scales(kv_scales);
@@ -228,12 +205,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     // 1. generation
     const std::vector<const Example*> picks = draw_prompts(step);
     std::vector<std::vector<int32_t>> prompts;
-    for (const Example* e : picks) {
-      std::vector<int32_t> p = {tok.bos()};
-      const auto ids = tok.encode(e->prompt);
-      p.insert(p.end(), ids.begin(), ids.end());
-      prompts.push_back(std::move(p));
-    }
+    for (const Example* e : picks) prompts.push_back(tok.encode_prompt(e->prompt));
     gen_opts.first_sequence_index = static_cast<uint64_t>(step * rollouts);
     const std::vector<GeneratedSequence> seqs = generator.generate(prompts, G, gen_opts);
     const double t_generation = t.seconds();
@@ -399,7 +371,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     if ((config.save_period > 0 && (step + 1) % config.save_period == 0) || last || stopping) {
       nlohmann::json state = {{"step", step + 1}};
       if (fp8_kv) state["kv_scales"] = scales_to_json(kv_scales);
-      save_checkpoint(ckpt_dir, policy, &optimizer, state);
+      save_checkpoint(ckpt_dir, policy, &optimizer, state, config.model_dir().value_or(""));
     }
     ++result.steps;
     if (stopping) {
@@ -409,6 +381,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     }
   }
   progress.end_line();
+  if (start_step + result.steps == config.grpo_max_num_steps) export_job_model(config, policy);
   if (result.steps > 0) {
     const double n = static_cast<double>(result.steps);
     fmt::print("grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}; mean step "

@@ -12,8 +12,14 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "also write the metrics as TensorBoard scalars (events.out.tfevents.* in the run directory)");
 
   s.add("model.preset", &c.model_preset, "small", "architecture preset").choices({"tiny", "small", "medium"});
+  s.add("model.name", &c.model_name, std::nullopt,
+        "Hugging Face model directory to start from: config.json, safetensors weights, tokenizer.json (null: "
+        "model.checkpoint, else a random model of model.preset)");
   s.add("model.checkpoint", &c.model_checkpoint, std::nullopt,
-        "checkpoint directory to start from (null: random initialisation)");
+        "checkpoint directory to start from (an fp8rl checkpoint or any model directory model.name takes)");
+  s.add("tokenizer.chat_format", &c.chat_format, "auto",
+        "framing of prompts for a model directory's tokenizer.json (auto: from its special tokens)")
+      .choices({"auto", "llama3", "qwen3", "none"});
   s.add("model.seed", &c.model_seed, 1, "seed of the random initialisation").at_least(0);
   s.add("model.max_seq_len", &c.max_seq_len, 64, "longest sequence (prompt + response) in tokens").range(8, 4096);
 
@@ -46,6 +52,9 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("task.name", &c.task_name, "arithmetic", "task").choices({"arithmetic", "jsonl"});
   s.add("task.jsonl.train_path", &c.jsonl.train_path, "", "JSONL file of {prompt, answer} lines (task.name: jsonl)");
   s.add("task.jsonl.validation_path", &c.jsonl.validation_path, "", "JSONL validation file (task.name: jsonl)");
+  s.add("task.jsonl.prompt_key", &c.jsonl.prompt_key, "prompt", "field of a JSONL line holding the prompt");
+  s.add("task.jsonl.answer_key", &c.jsonl.answer_key, "answer",
+        "field holding the reference answer (GSM8K-style '... #### 42' keeps what follows the last ####)");
   bind_arithmetic_task_config(s, "task.arithmetic", c.arithmetic);
 
   s.add("sft.max_num_steps", &c.sft_max_num_steps, 300, "SFT optimizer steps").at_least(1);
@@ -83,6 +92,11 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "permit FP8 generation without importance-sampling correction");
   s.add("checkpointing.save_period", &c.save_period, 0, "save a checkpoint every this many steps (0: at the end)")
       .at_least(0);
+  s.add("checkpointing.export_hf", &c.export_hf, false,
+        "at the end, also write the policy as a Hugging Face directory in BF16 (LOG_DIR/hf)");
+  s.add("checkpointing.export_fp8", &c.export_fp8, false,
+        "at the end, also write an FP8 export for vLLM / SGLang: the trainer's E4M3 weights and 128x128 scales "
+        "(LOG_DIR/hf-fp8)");
 
   s.add("generation.precision", &c.generation_precision, "bf16", "generator linear layers").choices({"bf16", "fp8"});
   s.add("generation.fp8.num_first_layers_in_bf16", &c.generation_num_first_layers_in_bf16, std::nullopt,
@@ -157,6 +171,12 @@ ModelConfig RunConfig::model_config() const {
   m.max_seq_len = max_seq_len;
   m.validate();
   return m;
+}
+
+std::optional<std::string> RunConfig::model_dir() const {
+  FP8RL_CHECK(!(model_name && model_checkpoint), "model.name ('{}') and model.checkpoint ('{}') are both set; keep one",
+              *model_name, *model_checkpoint);
+  return model_name ? model_name : model_checkpoint;
 }
 
 std::unique_ptr<Task> make_task(const RunConfig& config) {

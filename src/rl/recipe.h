@@ -31,7 +31,9 @@ struct RunConfig {
 
   // Model.
   std::string model_preset;                     // model.preset
+  std::optional<std::string> model_name;        // model.name: a Hugging Face model directory
   std::optional<std::string> model_checkpoint;  // model.checkpoint: start from these weights
+  std::string chat_format;                      // tokenizer.chat_format
   int64_t model_seed = 0;                       // model.seed: random init when no checkpoint
   int64_t max_seq_len = 0;                      // model.max_seq_len
 
@@ -74,6 +76,8 @@ struct RunConfig {
   GrpoLossConfig loss;                     // loss_fn.*
   bool allow_fp8_generation_without_is = false;  // loss_fn.allow_fp8_generation_without_is
   int64_t save_period = 0;                 // checkpointing.save_period (0: at the end only)
+  bool export_hf = false;                  // checkpointing.export_hf
+  bool export_fp8 = false;                 // checkpointing.export_fp8
 
   // Generator (generation.*).
   std::string generation_precision;  // generation.precision: bf16 | fp8 (generator linears)
@@ -99,6 +103,8 @@ struct RunConfig {
   void validate_grpo() const;
   // The model architecture (preset, vocabulary of the task's tokenizer, max_seq_len).
   ModelConfig model_config() const;
+  // The directory the model starts from: model.name or model.checkpoint (at most one may be set).
+  std::optional<std::string> model_dir() const;
 };
 
 // Registers every field of `config` (with its default) in `schema`.

@@ -6,21 +6,21 @@
 
 namespace fp8rl {
 
-TokenBatch make_sft_batch(const std::vector<const SftExample*>& examples, int32_t bos, int32_t eos, int32_t pad) {
+TokenBatch make_sft_batch(const std::vector<const SftExample*>& examples, int32_t eos, int32_t pad) {
   FP8RL_CHECK(!examples.empty(), "make_sft_batch: no examples");
   int64_t T = 0;
-  for (const SftExample* e : examples) T = std::max<int64_t>(T, static_cast<int64_t>(1 + e->prompt.size() + e->answer.size()));
+  for (const SftExample* e : examples) T = std::max<int64_t>(T, static_cast<int64_t>(e->prompt.size() + e->answer.size()));
   TokenBatch batch = TokenBatch::empty(static_cast<int64_t>(examples.size()), T, pad);
   for (size_t b = 0; b < examples.size(); ++b) {
     const SftExample& e = *examples[b];
     int32_t* tokens = batch.tokens.data() + b * static_cast<size_t>(T);
     int32_t* targets = batch.targets.data() + b * static_cast<size_t>(T);
     // Row t holds token t and predicts token t+1: answer tokens and the final eos are scored.
-    std::vector<int32_t> seq = {bos};
-    seq.insert(seq.end(), e.prompt.begin(), e.prompt.end());
+    std::vector<int32_t> seq = e.prompt;
     seq.insert(seq.end(), e.answer.begin(), e.answer.end());
     for (size_t t = 0; t < seq.size(); ++t) tokens[t] = seq[t];
-    const size_t first_scored = e.prompt.size();  // row of the last prompt token predicts answer[0]
+    FP8RL_CHECK(!e.prompt.empty(), "make_sft_batch: example {} has an empty prompt (it needs at least bos)", b);
+    const size_t first_scored = e.prompt.size() - 1;  // row of the last prompt token predicts answer[0]
     for (size_t t = first_scored; t < seq.size(); ++t) targets[t] = t + 1 < seq.size() ? seq[t + 1] : eos;
     batch.lengths[b] = static_cast<int32_t>(seq.size());
   }

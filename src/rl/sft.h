@@ -13,13 +13,13 @@ namespace fp8rl {
 
 // One tokenized example: the model sees bos + prompt + answer and is scored on answer + eos.
 struct SftExample {
-  std::vector<int32_t> prompt;  // token ids, without bos
+  std::vector<int32_t> prompt;  // token ids from Tokenizer::encode_prompt (bos and framing included)
   std::vector<int32_t> answer;  // token ids, without eos
 };
 
 // Right-padded batch of examples; targets are set on the rows that predict an answer token or
 // the eos, -1 elsewhere.
-TokenBatch make_sft_batch(const std::vector<const SftExample*>& examples, int32_t bos, int32_t eos, int32_t pad);
+TokenBatch make_sft_batch(const std::vector<const SftExample*>& examples, int32_t eos, int32_t pad);
 
 struct SftStepResult {
   double loss = 0;       // mean negative log-likelihood per scored token

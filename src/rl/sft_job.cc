@@ -14,7 +14,7 @@
 #include "model/checkpoint.h"
 #include "rl/evaluate.h"
 #include "rl/sft.h"
-#include "tasks/char_tokenizer.h"
+#include "rl/model_source.h"
 
 namespace fp8rl {
 
@@ -22,24 +22,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The model of a job: from model.checkpoint if set (its architecture wins), else random.
-Transformer load_or_init_model(const RunConfig& config) {
-  if (config.model_checkpoint) {
-    const fs::path dir = *config.model_checkpoint;
-    ModelConfig m = load_model_config(dir);
-    Transformer model(m, config.trainer_policy());
-    load_model_weights(dir, model);
-    return model;
-  }
-  Transformer model(config.model_config(), config.trainer_policy());
-  model.init_random(static_cast<uint64_t>(config.model_seed));
-  return model;
-}
-
-std::vector<SftExample> tokenize_examples(const std::vector<Example>& examples, const CharTokenizer& tok) {
+std::vector<SftExample> tokenize_examples(const std::vector<Example>& examples, const Tokenizer& tok) {
   std::vector<SftExample> out;
   out.reserve(examples.size());
-  for (const Example& e : examples) out.push_back({tok.encode(e.prompt), tok.encode(e.answer)});
+  for (const Example& e : examples) out.push_back({tok.encode_prompt(e.prompt), tok.encode_answer(e.answer)});
   return out;
 }
 
@@ -47,14 +33,17 @@ std::vector<SftExample> tokenize_examples(const std::vector<Example>& examples, 
 
 SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_yaml) {
   // Everything that can fail on bad input happens before the run directory is touched.
-  const CharTokenizer tok;
   const std::unique_ptr<Task> task = make_task(config);
-  Transformer model = load_or_init_model(config);
+  Transformer model = load_job_model(config);
+  const std::unique_ptr<Tokenizer> tokenizer = load_job_tokenizer(config, model.config());
+  const Tokenizer& tok = *tokenizer;
   const std::vector<SftExample> train = tokenize_examples(task->train(), tok);
-  for (const SftExample& e : train)
-    FP8RL_CHECK(static_cast<int64_t>(1 + e.prompt.size() + e.answer.size()) <= model.config().max_seq_len,
-                "an SFT example needs {} tokens, more than model.max_seq_len = {}", 1 + e.prompt.size() + e.answer.size(),
+  for (size_t i = 0; i < train.size(); ++i) {
+    const size_t n = train[i].prompt.size() + train[i].answer.size() + 1;
+    FP8RL_CHECK(static_cast<int64_t>(n) <= model.config().max_seq_len,
+                "training example {} needs {} tokens (prompt, answer, end), more than the model's max_seq_len {}", i, n,
                 model.config().max_seq_len);
+  }
   AdamW optimizer(model.layout(), config.adam);
 
   const fs::path run_dir = config.log_dir;
@@ -87,7 +76,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
       std::vector<const SftExample*> picks;
       for (int64_t i = m0; i < std::min(global, m0 + micro); ++i)
         picks.push_back(&train[order.next_below(static_cast<uint32_t>(train.size()))]);
-      micro_batches.push_back(make_sft_batch(picks, tok.bos(), tok.eos(), tok.pad()));
+      micro_batches.push_back(make_sft_batch(picks, tok.eos(), tok.pad()));
     }
     const double lr = schedule.lr_at(config.adam.lr, step);
     const SftStepResult r = sft_step(model, optimizer, micro_batches, lr);
@@ -124,18 +113,20 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   progress.end_line();
   result.val_accuracy_after = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
   result.checkpoint = run_dir / "checkpoint";
-  save_checkpoint(result.checkpoint, model, &optimizer, {{"sft_steps", config.sft_max_num_steps}});
+  save_checkpoint(result.checkpoint, model, &optimizer, {{"sft_steps", config.sft_max_num_steps}},
+                  config.model_dir().value_or(""));
+  export_job_model(config, model);
   fmt::print("sft: done in {:.1f} s ({} skipped steps); validation accuracy {:.3f} -> {:.3f}; checkpoint {}\n",
              total.seconds(), skipped, result.val_accuracy_before, result.val_accuracy_after, result.checkpoint.string());
   return result;
 }
 
 double run_eval_job(const RunConfig& config) {
-  FP8RL_CHECK(config.model_checkpoint.has_value(), "eval needs model.checkpoint=DIR");
-  const CharTokenizer tok;
+  FP8RL_CHECK(config.model_dir().has_value(), "eval needs model.name=DIR or model.checkpoint=DIR");
   const std::unique_ptr<Task> task = make_task(config);
-  Transformer model = load_or_init_model(config);
-  return greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
+  Transformer model = load_job_model(config);
+  const std::unique_ptr<Tokenizer> tok = load_job_tokenizer(config, model.config());
+  return greedy_validation_accuracy(model, *task, *tok, config.val_max_examples, config.max_new_tokens);
 }
 
 }  // namespace fp8rl

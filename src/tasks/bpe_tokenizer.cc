@@ -349,11 +349,17 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
-    FP8RL_CHECK(id >= 0 && id < vocab_size() && !id_to_bytes_[id].empty(),
+    FP8RL_CHECK(is_token(id),
                 "token id {} at position {} is no token of this tokenizer (vocab_size {})", id, i, vocab_size());
     text += id_to_bytes_[id];
   }
   return text;
+}
+
+bool BpeTokenizer::is_special(int32_t id) const {
+  for (const AddedToken& a : added_)
+    if (a.id == id) return a.special;
+  return false;
 }
 
 int32_t BpeTokenizer::token_id(std::string_view token) const {

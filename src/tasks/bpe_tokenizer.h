@@ -49,6 +49,10 @@ class BpeTokenizer {
   // The id of a token given as its text (the bytes it stands for, or an added token's content);
   // -1 when there is none.
   int32_t token_id(std::string_view token) const;
+  // True for an id that stands for a token (not an id past the end or in a gap of the file's ids).
+  bool is_token(int32_t id) const { return id >= 0 && id < vocab_size() && !id_to_bytes_[static_cast<size_t>(id)].empty(); }
+  // True for the id of an added token marked "special" (<|begin_of_text|>, <|eot_id|>, ...).
+  bool is_special(int32_t id) const;
   // One past the largest id of the vocabulary and the added tokens.
   int64_t vocab_size() const { return static_cast<int64_t>(id_to_bytes_.size()); }
 

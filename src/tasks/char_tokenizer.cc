@@ -59,6 +59,13 @@ std::string CharTokenizer::decode(std::span<const int32_t> ids, SpecialTokens sp
   return text;
 }
 
+std::vector<int32_t> CharTokenizer::encode_prompt(std::string_view prompt) const {
+  std::vector<int32_t> ids = {kBos};
+  const std::vector<int32_t> chars = encode(prompt);
+  ids.insert(ids.end(), chars.begin(), chars.end());
+  return ids;
+}
+
 std::string CharTokenizer::decode_response(std::span<const int32_t> ids) const {
   size_t end = 0;
   while (end < ids.size() && ids[end] != kEos) ++end;

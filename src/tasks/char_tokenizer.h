@@ -21,9 +21,11 @@
 #include <string_view>
 #include <vector>
 
+#include "tasks/tokenizer.h"
+
 namespace fp8rl {
 
-class CharTokenizer {
+class CharTokenizer final : public Tokenizer {
  public:
   static constexpr int32_t kPad = 0;
   static constexpr int32_t kBos = 1;
@@ -34,10 +36,13 @@ class CharTokenizer {
 
   enum class SpecialTokens { kSkip, kShow };
 
-  int32_t vocab_size() const { return kVocabSize; }
-  int32_t pad() const { return kPad; }
+  int64_t vocab_size() const override { return kVocabSize; }
+  int32_t pad() const override { return kPad; }
   int32_t bos() const { return kBos; }
-  int32_t eos() const { return kEos; }
+  int32_t eos() const override { return kEos; }
+  // <bos> and the prompt's characters (no other framing).
+  std::vector<int32_t> encode_prompt(std::string_view prompt) const override;
+  std::vector<int32_t> encode_answer(std::string_view answer) const override { return encode(answer); }
 
   bool is_encodable(char c) const;
   // Throws Error naming the offending character (printable or as \xNN) and its byte position.
@@ -46,7 +51,7 @@ class CharTokenizer {
   std::string decode(std::span<const int32_t> ids, SpecialTokens specials = SpecialTokens::kSkip) const;
   // The text of the ids before the first <eos> (all of them if there is none); other special
   // tokens are skipped.
-  std::string decode_response(std::span<const int32_t> ids) const;
+  std::string decode_response(std::span<const int32_t> ids) const override;
 };
 
 }  // namespace fp8rl

@@ -19,9 +19,18 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// Parses the whole of `s` as a decimal number ("+12", "-3.50"); false if it is not one.
+bool is_digit(char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; }
+
+// Parses the whole of `s` as a decimal number ("+12", "-3.50", "1,234"); false if it is not one.
+// Thousands separators are dropped only between digits.
 bool parse_number(std::string_view s, double* out) {
-  const std::string t(trim(s));
+  const std::string_view trimmed = trim(s);
+  std::string t;
+  for (size_t i = 0; i < trimmed.size(); ++i) {
+    const bool separator = trimmed[i] == ',' && i > 0 && i + 1 < trimmed.size() && is_digit(trimmed[i - 1]) &&
+                           is_digit(trimmed[i + 1]);
+    if (!separator) t += trimmed[i];
+  }
   if (t.empty()) return false;
   char* end = nullptr;
   *out = std::strtod(t.c_str(), &end);
@@ -48,8 +57,10 @@ std::string extract_final_answer(std::string_view response) {
   bool dot = false;
   while (begin > 0) {
     const char c = response[begin - 1];
-    if (std::isdigit(static_cast<unsigned char>(c))) {
+    if (is_digit(c)) {
       --begin;
+    } else if (c == ',' && !dot && begin >= 2 && is_digit(response[begin - 2]) && end - begin >= 3) {
+      --begin;  // a thousands separator: "1,234"
     } else if (c == '.' && !dot && begin >= 2 && std::isdigit(static_cast<unsigned char>(response[begin - 2]))) {
       dot = true;
       --begin;
@@ -61,15 +72,23 @@ std::string extract_final_answer(std::string_view response) {
   return std::string(response.substr(begin, end - begin));
 }
 
+std::string reference_final_answer(std::string_view reference) {
+  const size_t hashes = reference.rfind("####");
+  if (hashes != std::string_view::npos) return std::string(trim(reference.substr(hashes + 4)));
+  if (reference.find("\\boxed{") != std::string_view::npos) return extract_final_answer(reference);
+  return std::string(trim(reference));
+}
+
 double jsonl_reward(std::string_view reference, std::string_view response) {
   const std::string got = extract_final_answer(response);
-  const std::string_view want = trim(reference);
+  const std::string want = reference_final_answer(reference);
   double a = 0, b = 0;
   if (parse_number(got, &a) && parse_number(want, &b)) return a == b ? 1.0 : 0.0;
   return got == want ? 1.0 : 0.0;
 }
 
-std::vector<Example> read_jsonl_examples(const std::string& path) {
+std::vector<Example> read_jsonl_examples(const std::string& path, const std::string& prompt_key,
+                                         const std::string& answer_key) {
   std::ifstream in(path);
   FP8RL_CHECK(in.good(), "dataset '{}': cannot open the file", path);
   std::vector<Example> out;
@@ -82,17 +101,20 @@ std::vector<Example> read_jsonl_examples(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
       throw Error(fmt::format("dataset '{}' line {}: not valid JSON ({})", path, number, e.what()));
     }
-    FP8RL_CHECK(j.is_object() && j.contains("prompt") && j["prompt"].is_string() && j.contains("answer") &&
-                    j["answer"].is_string(),
-                "dataset '{}' line {}: expected an object with string fields \"prompt\" and \"answer\", got {}", path,
-                number, line.size() > 120 ? line.substr(0, 120) + "..." : line);
-    out.push_back({j["prompt"].get<std::string>(), j["answer"].get<std::string>()});
+    const bool answer_ok = j.is_object() && j.contains(answer_key) && (j[answer_key].is_string() || j[answer_key].is_number());
+    FP8RL_CHECK(j.is_object() && j.contains(prompt_key) && j[prompt_key].is_string() && answer_ok,
+                "dataset '{}' line {}: expected an object with a string field \"{}\" and a string or number field "
+                "\"{}\", got {}",
+                path, number, prompt_key, answer_key, line.size() > 120 ? line.substr(0, 120) + "..." : line);
+    const nlohmann::json& a = j[answer_key];
+    out.push_back({j[prompt_key].get<std::string>(), a.is_string() ? a.get<std::string>() : a.dump()});
   }
   FP8RL_CHECK(!out.empty(), "dataset '{}': no examples", path);
   return out;
 }
 
 JsonlTask::JsonlTask(const JsonlTaskConfig& config)
-    : train_(read_jsonl_examples(config.train_path)), validation_(read_jsonl_examples(config.validation_path)) {}
+    : train_(read_jsonl_examples(config.train_path, config.prompt_key, config.answer_key)),
+      validation_(read_jsonl_examples(config.validation_path, config.prompt_key, config.answer_key)) {}
 
 }  // namespace fp8rl

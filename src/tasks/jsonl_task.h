@@ -1,7 +1,11 @@
-// A task read from JSONL files: one `{"prompt": "...", "answer": "..."}` object per line
-// (blank lines are skipped). The verifier extracts the response's final answer — the content of
-// the last `\boxed{...}`, else the last number in it — and compares it with the reference answer:
-// numerically when both parse as numbers (so "12", "12.0" and "+12" match), else as trimmed text.
+// A task read from JSONL files: one object per line with a prompt field and an answer field
+// (names set by task.jsonl.prompt_key / answer_key, default "prompt" / "answer"; the answer may
+// be a JSON number; blank lines are skipped). SFT trains on the whole answer text. The verifier
+// extracts the response's final answer — the content of the last `\boxed{...}`, else the last
+// number in it — and compares it with the reference's final answer (GSM8K style: what follows the
+// last `####`; else its last `\boxed{...}`; else the whole trimmed reference): numerically when
+// both parse as numbers (so "12", "12.0", "+12" match, and "1,234" matches "1234"), else as
+// trimmed text.
 //
 // Bad files end with one Error naming the file and the line: unreadable file, invalid JSON, a
 // line that is not an object with string fields "prompt" and "answer", an empty split.
@@ -18,6 +22,8 @@ namespace fp8rl {
 struct JsonlTaskConfig {
   std::string train_path;       // task.jsonl.train_path
   std::string validation_path;  // task.jsonl.validation_path
+  std::string prompt_key = "prompt";  // task.jsonl.prompt_key
+  std::string answer_key = "answer";  // task.jsonl.answer_key
 };
 
 // The final answer of a response: the last \boxed{...} (nested braces allowed), else the last
@@ -27,7 +33,11 @@ std::string extract_final_answer(std::string_view response);
 // 1.0 if the final answer of `response` matches `reference` (see above), else 0.0.
 double jsonl_reward(std::string_view reference, std::string_view response);
 
-std::vector<Example> read_jsonl_examples(const std::string& path);
+// The final answer of a reference answer (see above).
+std::string reference_final_answer(std::string_view reference);
+
+std::vector<Example> read_jsonl_examples(const std::string& path, const std::string& prompt_key = "prompt",
+                                         const std::string& answer_key = "answer");
 
 class JsonlTask final : public Task {
  public:

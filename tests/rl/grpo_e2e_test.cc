@@ -232,7 +232,7 @@ TEST(GrpoEndToEnd, BadInputsGiveOneClearErrorAndNoRunDirectory) {
     return std::string("(no error)");
   };
   EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"model.checkpoint=/nonexistent/ckpt"}),
-              ::testing::HasSubstr("checkpoint directory '/nonexistent/ckpt' does not exist"));
+              ::testing::HasSubstr("model directory '/nonexistent/ckpt' does not exist"));
   EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"loss_fn.use_importance_sampling_correction=false"}),
               ::testing::HasSubstr("needs loss_fn.use_importance_sampling_correction: true"));
   EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"grpo.max_num_step=3"}), ::testing::HasSubstr("did you mean 'grpo.max_num_steps'"));

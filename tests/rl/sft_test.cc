@@ -21,6 +21,7 @@ std::vector<SftExample> reverse_task(int n, uint64_t seed) {
     const int len = 2 + static_cast<int>(rng.next_below(2));
     for (int j = 0; j < len; ++j) e.prompt.push_back(3 + static_cast<int32_t>(rng.next_below(5)));
     e.answer.assign(e.prompt.rbegin(), e.prompt.rend());
+    e.prompt.insert(e.prompt.begin(), kBos);
     e.prompt.push_back(8);  // separator
     out.push_back(e);
   }
@@ -28,9 +29,9 @@ std::vector<SftExample> reverse_task(int n, uint64_t seed) {
 }
 
 TEST(Sft, BatchScoresOnlyAnswerAndEos) {
-  SftExample e{{5, 6, 8}, {6, 5}};
-  SftExample f{{3, 8}, {3}};
-  const TokenBatch b = make_sft_batch({&e, &f}, kBos, kEos, kPad);
+  SftExample e{{kBos, 5, 6, 8}, {6, 5}};
+  SftExample f{{kBos, 3, 8}, {3}};
+  const TokenBatch b = make_sft_batch({&e, &f}, kEos, kPad);
   ASSERT_EQ(b.T, 6);
   EXPECT_EQ(b.tokens, (std::vector<int32_t>{1, 5, 6, 8, 6, 5, 1, 3, 8, 3, 0, 0}));
   EXPECT_EQ(b.targets, (std::vector<int32_t>{-1, -1, -1, 6, 5, 2, -1, -1, 3, 2, -1, -1}));
@@ -56,18 +57,14 @@ TEST_P(SftLearns, AToyTaskAndGreedyDecodingReproducesIt) {
   for (int step = 0; step < steps; ++step) {
     std::vector<const SftExample*> batch;
     for (int i = 0; i < 16; ++i) batch.push_back(&data[static_cast<size_t>((step * 16 + i) % data.size())]);
-    const SftStepResult r = sft_step(model, opt, make_sft_batch(batch, kBos, kEos, kPad), adam.lr);
+    const SftStepResult r = sft_step(model, opt, make_sft_batch(batch, kEos, kPad), adam.lr);
     ASSERT_FALSE(r.skipped);
     if (step == 0) first = r.loss;
     last = r.loss;
   }
   EXPECT_LT(last, 0.25 * first) << "first loss " << first << " last " << last;
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 16; ++i) {
-    std::vector<int32_t> p = {kBos};
-    p.insert(p.end(), data[static_cast<size_t>(i)].prompt.begin(), data[static_cast<size_t>(i)].prompt.end());
-    prompts.push_back(p);
-  }
+  for (int i = 0; i < 16; ++i) prompts.push_back(data[static_cast<size_t>(i)].prompt);
   const auto out = greedy_continue(model, prompts, 5, kEos, kPad);
   int correct = 0;
   for (int i = 0; i < 16; ++i) correct += out[static_cast<size_t>(i)] == data[static_cast<size_t>(i)].answer;

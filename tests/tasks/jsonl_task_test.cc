@@ -38,9 +38,11 @@ TEST(JsonlTask, MalformedLinesAreReportedWithTheirLineNumber) {
   EXPECT_THAT(error_message([&] { read_jsonl_examples(bad_json); }), HasSubstr("line 2: not valid JSON"));
   const std::string missing = write_temp("missing.jsonl", "{\"prompt\": \"a\"}\n");
   EXPECT_THAT(error_message([&] { read_jsonl_examples(missing); }),
-              HasSubstr("line 1: expected an object with string fields \"prompt\" and \"answer\""));
-  const std::string number = write_temp("number.jsonl", "\n\n{\"prompt\": \"a\", \"answer\": 5}\n");
+              HasSubstr("line 1: expected an object with a string field \"prompt\" and a string or number field \"answer\""));
+  const std::string number = write_temp("number.jsonl", "\n\n{\"prompt\": \"a\", \"answer\": [5]}\n");
   EXPECT_THAT(error_message([&] { read_jsonl_examples(number); }), HasSubstr("line 3:"));
+  EXPECT_THAT(error_message([&] { read_jsonl_examples(bad_json, "question", "answer"); }),
+              HasSubstr("line 1: expected an object with a string field \"question\""));
   const std::string empty = write_temp("empty.jsonl", "\n");
   EXPECT_THAT(error_message([&] { read_jsonl_examples(empty); }), HasSubstr("no examples"));
   EXPECT_THAT(error_message([&] { read_jsonl_examples("/nonexistent/x.jsonl"); }), HasSubstr("cannot open"));
@@ -63,6 +65,32 @@ TEST(JsonlTask, RewardComparesNumbersNumerically) {
   EXPECT_EQ(jsonl_reward("12", "12 or 13"), 0.0);
   EXPECT_EQ(jsonl_reward("yes", "\\boxed{yes}"), 1.0);
   EXPECT_EQ(jsonl_reward("yes", "no"), 0.0);
+}
+
+TEST(JsonlTask, Gsm8kStyleAnswersAndThousandsSeparators) {
+  const std::string gsm8k = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nShe sold 48+24 = <<48+24=72>>72.\n#### 1,072";
+  EXPECT_EQ(reference_final_answer(gsm8k), "1,072");
+  EXPECT_EQ(reference_final_answer("so \\boxed{\\frac{1}{2}} it is"), "\\frac{1}{2}");
+  EXPECT_EQ(reference_final_answer(" 7 "), "7");
+  EXPECT_EQ(extract_final_answer("it costs 1,200 dollars"), "1,200");
+  EXPECT_EQ(extract_final_answer("a, b, 3"), "3");
+  EXPECT_EQ(jsonl_reward(gsm8k, "... in all 1072 clips"), 1.0);
+  EXPECT_EQ(jsonl_reward(gsm8k, "#### 1,072"), 1.0);
+  EXPECT_EQ(jsonl_reward(gsm8k, "\\boxed{1072}"), 1.0);
+  EXPECT_EQ(jsonl_reward(gsm8k, "72"), 0.0);
+  EXPECT_EQ(jsonl_reward("5", "1,2"), 0.0);  // "1,2" is no thousands-separated number: its last number is 2
+}
+
+TEST(JsonlTask, ChosenFieldsAndNumericAnswers) {
+  const std::string path =
+      write_temp("gsm.jsonl", "{\"question\": \"What is 2+2?\", \"answer\": \"2+2=4\\n#### 4\"}\n"
+                              "{\"question\": \"And 3*3?\", \"answer\": 9, \"extra\": true}\n");
+  const auto ex = read_jsonl_examples(path, "question", "answer");
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(ex[0].prompt, "What is 2+2?");
+  EXPECT_EQ(ex[1].answer, "9");
+  EXPECT_EQ(jsonl_reward(ex[0].answer, "the answer is 4"), 1.0);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -1,0 +1,259 @@
+#include "model/hf_weights.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "model/hf_config.h"
+#include "numerics/bf16.h"
+#include "numerics/e4m3.h"
+
+namespace fp8rl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+constexpr const char* kScaleSuffix = "_scale_inv";
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// The open weight files of a directory and which file holds each tensor.
+struct WeightFiles {
+  std::vector<SafetensorsFile> files;
+  std::map<std::string, size_t, std::less<>> file_of;  // tensor name -> index into files
+
+  const SafetensorsFile* find(std::string_view name) const {
+    const auto it = file_of.find(name);
+    return it == file_of.end() ? nullptr : &files[it->second];
+  }
+};
+
+WeightFiles open_weight_files(const fs::path& dir) {
+  WeightFiles w;
+  auto add_file = [&](const fs::path& path) {
+    w.files.push_back(SafetensorsFile::open(path));
+    const size_t index = w.files.size() - 1;
+    for (const std::string& name : w.files.back().names()) {
+      const auto [it, fresh] = w.file_of.emplace(name, index);
+      FP8RL_CHECK(fresh, "model directory '{}': tensor '{}' is in both '{}' and '{}'", dir.string(), name,
+                  w.files[it->second].path().filename().string(), path.filename().string());
+    }
+  };
+  const fs::path index_path = dir / kIndexFile;
+  if (!fs::exists(index_path)) {
+    FP8RL_CHECK(fs::exists(dir / kSingleFile), "model directory '{}' has neither {} nor {}", dir.string(), kSingleFile,
+                kIndexFile);
+    add_file(dir / kSingleFile);
+    return w;
+  }
+  const nlohmann::json index = read_json_file(index_path);
+  FP8RL_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+              "'{}': expected an object with a \"weight_map\" object", index_path.string());
+  std::map<std::string, std::string> shard_of;  // tensor -> file name, as the index says
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    FP8RL_CHECK(file.is_string(), "'{}': weight_map entry '{}' must be a file name, got {}", index_path.string(), name,
+                file.dump());
+    const std::string shard = file.get<std::string>();
+    FP8RL_CHECK(!shard.empty() && shard.find('/') == std::string::npos && shard != "..",
+                "'{}': weight_map entry '{}' names '{}', expected a file in the same directory", index_path.string(),
+                name, shard);
+    shard_of.emplace(name, shard);
+  }
+  std::vector<std::string> shards;
+  for (const auto& [name, shard] : shard_of)
+    if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+  std::sort(shards.begin(), shards.end());
+  for (const std::string& shard : shards) {
+    FP8RL_CHECK(fs::exists(dir / shard), "model directory '{}': shard '{}' named by {} is missing", dir.string(), shard,
+                kIndexFile);
+    add_file(dir / shard);
+  }
+  for (const auto& [name, shard] : shard_of) {
+    const SafetensorsFile* f = w.find(name);
+    FP8RL_CHECK(f != nullptr && f->path().filename() == shard, "model directory '{}': {} puts tensor '{}' in '{}', {}",
+                dir.string(), kIndexFile, name, shard, f == nullptr ? "which does not hold it" : "but it is elsewhere");
+  }
+  return w;
+}
+
+// One parameter as the directory stores it: high precision, or FP8 codes with block scales.
+struct StoredParam {
+  const ParamInfo* param;
+  const SafetensorsFile* file;
+  const SafetensorsFile* scale_file = nullptr;  // FP8 only
+  std::string scale_name;                       // FP8 only
+};
+
+ScaleShape block_scale_shape(const Shape& s) { return scale_shape(ScalingMode::kBlocks128x128, s[0], s[1]); }
+
+// Checks every name, dtype and shape; reads nothing.
+std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, const Transformer& model) {
+  std::vector<StoredParam> plan;
+  std::map<std::string, bool, std::less<>> used;  // tensor name -> consumed
+  for (const auto& [name, index] : w.file_of) used[name] = false;
+  for (const ParamInfo& p : model.layout().tensors()) {
+    const SafetensorsFile* f = w.find(p.name);
+    FP8RL_CHECK(f != nullptr, "model directory '{}': missing tensor '{}' (shape {})", dir.string(), p.name, p.shape.str());
+    used[p.name] = true;
+    const SafetensorsTensorInfo& info = f->info(p.name);
+    FP8RL_CHECK(info.shape == p.shape, "safetensors file '{}': tensor '{}' has shape {}, expected {}", f->path().string(),
+                p.name, info.shape.str(), p.shape.str());
+    StoredParam s{&p, f};
+    if (info.dtype_name == "F8_E4M3") {
+      FP8RL_CHECK(p.shape.rank == 2, "safetensors file '{}': tensor '{}' is F8_E4M3 but not a matrix", f->path().string(),
+                  p.name);
+      s.scale_name = p.name + kScaleSuffix;
+      s.scale_file = w.find(s.scale_name);
+      FP8RL_CHECK(s.scale_file != nullptr, "model directory '{}': F8_E4M3 tensor '{}' has no '{}'", dir.string(), p.name,
+                  s.scale_name);
+      used[s.scale_name] = true;
+      const SafetensorsTensorInfo& si = s.scale_file->info(s.scale_name);
+      const ScaleShape ss = block_scale_shape(p.shape);
+      FP8RL_CHECK(si.dtype_name == "F32" && si.shape == (Shape{ss.rows, ss.cols}),
+                  "safetensors file '{}': tensor '{}' must be F32 {} (one scale per 128x128 block), found {} {}",
+                  s.scale_file->path().string(), s.scale_name, Shape{ss.rows, ss.cols}.str(), si.dtype_name,
+                  si.shape.str());
+    } else {
+      FP8RL_CHECK(info.dtype_name == "F32" || info.dtype_name == "BF16" || info.dtype_name == "F16",
+                  "safetensors file '{}': tensor '{}' has dtype {}, expected F32, BF16, F16 or F8_E4M3",
+                  f->path().string(), p.name, info.dtype_name);
+    }
+    plan.push_back(s);
+  }
+  for (const auto& [name, consumed] : used) {
+    if (consumed || ends_with(name, "rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && model.config().tie_embeddings) continue;
+    FP8RL_CHECK(false,
+                "safetensors file '{}': tensor '{}' has no place in this {} (config.json); fp8rl's Llama / Qwen3 "
+                "models have no biases and no other parameters",
+                w.find(name)->path().string(), name, model.config().qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+  }
+  return plan;
+}
+
+}  // namespace
+
+void load_model_weights(const fs::path& dir, Transformer& model) {
+  const WeightFiles w = open_weight_files(dir);
+  const std::vector<StoredParam> plan = plan_load(dir, w, model);
+  std::vector<std::pair<std::string, QuantizedMatrix>> fp8;  // installed after the refresh
+  for (const StoredParam& s : plan) {
+    float* dst = model.params() + s.param->offset;
+    if (s.scale_file == nullptr) {
+      s.file->read_as_f32(s.param->name, dst);
+      continue;
+    }
+    const int64_t rows = s.param->shape[0], cols = s.param->shape[1];
+    QuantizedMatrix q(ScalingMode::kBlocks128x128, rows, cols);
+    s.file->read_into(s.param->name, TensorView::contiguous(q.codes.data(), DType::kE4M3, s.param->shape));
+    const ScaleShape ss = q.scales();
+    s.scale_file->read_into(s.scale_name, TensorView::contiguous(q.scale_inv.data(), DType::kF32, Shape{ss.rows, ss.cols}));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = e4m3_to_f32(q.codes[static_cast<size_t>(r * cols + c)]) * q.scale_at(r, c);
+    fp8.emplace_back(s.param->name, std::move(q));
+  }
+  model.refresh_weights();
+  for (const auto& [name, q] : fp8) model.install_fp8_weights(name, q);
+}
+
+const char* hf_export_format_name(HfExportFormat format) { return format == HfExportFormat::kFP8 ? "fp8" : "bf16"; }
+
+void export_hf_model(const fs::path& dir, const Transformer& model, const HfExportOptions& options) {
+  const bool fp8 = options.format == HfExportFormat::kFP8;
+  std::map<std::string, const Linear*> linear_of;
+  for (const Transformer::NamedLinear& l : model.linears()) linear_of[l.name] = l.linear;
+
+  // Every tensor, in layout order, as a view into storage that lives until the files are written.
+  struct Entry {
+    std::string name;
+    TensorView view;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::vector<bf16_t>> bf16_storage;
+  std::vector<std::string> kept_bf16;  // linear modules not converted, for quantization_config
+  for (const ParamInfo& p : model.layout().tensors()) {
+    float* master = const_cast<float*>(model.params()) + p.offset;
+    const auto lin = linear_of.find(p.name);
+    const bool is_layer_linear = lin != linear_of.end() && p.name != "model.embed_tokens.weight";
+    if (fp8 && is_layer_linear && lin->second->precision() == Precision::kFP8) {
+      const QuantizedMatrix& q = lin->second->fp8_weights().rowwise;
+      FP8RL_CHECK(q.mode == ScalingMode::kBlocks128x128, "linear '{}': FP8 weights are {}, expected 128x128 blocks",
+                  p.name, q.str());
+      entries.push_back({p.name, TensorView::contiguous(const_cast<uint8_t*>(q.codes.data()), DType::kE4M3, p.shape)});
+      const ScaleShape ss = q.scales();
+      entries.push_back({p.name + kScaleSuffix, TensorView::contiguous(const_cast<float*>(q.scale_inv.data()),
+                                                                       DType::kF32, Shape{ss.rows, ss.cols})});
+      continue;
+    }
+    if (fp8 && lin != linear_of.end()) kept_bf16.push_back(p.name.substr(0, p.name.size() - std::string(".weight").size()));
+    if (p.shape.rank == 1) {
+      entries.push_back({p.name, TensorView::contiguous(master, DType::kF32, p.shape)});
+      continue;
+    }
+    std::vector<bf16_t>& b = bf16_storage.emplace_back(static_cast<size_t>(p.shape.numel()));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = f32_to_bf16(master[i]);
+    entries.push_back({p.name, TensorView::contiguous(b.data(), DType::kBF16, p.shape)});
+  }
+  if (fp8 && model.config().tie_embeddings) kept_bf16.push_back("lm_head");
+
+  // Shards: consecutive tensors up to max_shard_bytes each.
+  std::vector<std::vector<const Entry*>> shards(1);
+  int64_t shard_bytes = 0, total_bytes = 0;
+  for (const Entry& e : entries) {
+    const int64_t bytes = e.view.numel() * static_cast<int64_t>(dtype_size(e.view.dtype));
+    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) shards.emplace_back(), shard_bytes = 0;
+    shards.back().push_back(&e);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+
+  nlohmann::json base = nullptr;
+  if (!options.source_dir.empty() && fs::exists(options.source_dir / "config.json"))
+    base = read_json_file(options.source_dir / "config.json");
+  nlohmann::json config = hf_config_json(model.config(), base);
+  config["torch_dtype"] = "bfloat16";
+  config.erase("quantization_config");
+  if (fp8) {
+    config["quantization_config"] = {{"quant_method", "fp8"},
+                                     {"fmt", "e4m3"},
+                                     {"activation_scheme", "dynamic"},
+                                     {"weight_block_size", {kQuantBlock, kQuantBlock}},
+                                     {"modules_to_not_convert", kept_bf16},
+                                     {"ignored_layers", kept_bf16}};
+  }
+
+  publish_directory_atomic(dir, [&](const fs::path& tmp) {
+    write_file_atomic(tmp / "config.json", config.dump(2) + "\n");
+    nlohmann::json weight_map = nlohmann::json::object();
+    for (size_t s = 0; s < shards.size(); ++s) {
+      const std::string file = shards.size() == 1 ? std::string(kSingleFile)
+                                                  : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+      SafetensorsWriter writer;
+      writer.set_metadata("format", "pt");
+      for (const Entry* e : shards[s]) {
+        writer.add(e->name, e->view);
+        weight_map[e->name] = file;
+      }
+      writer.write(tmp / file);
+    }
+    if (shards.size() > 1) {
+      const nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+      write_file_atomic(tmp / kIndexFile, index.dump(2) + "\n");
+    }
+    if (!options.source_dir.empty()) copy_tokenizer_files(options.source_dir, tmp);
+  });
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,43 @@
+// Where a job's model and tokenizer come from.
+//
+//   model.name or model.checkpoint = DIR   a Hugging Face model directory (fp8rl checkpoints are
+//                                          ones too): DIR/config.json gives the architecture,
+//                                          the safetensors files the weights (model/hf_weights.h),
+//                                          DIR/tokenizer.json, if present, the tokenizer with the
+//                                          framing of tokenizer.chat_format; without it, the
+//                                          built-in character vocabulary (the model's vocab_size
+//                                          must then be 99)
+//   neither                                a random model of model.preset (model.seed) and the
+//                                          character vocabulary
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include "model/transformer.h"
+#include "rl/recipe.h"
+#include "tasks/tokenizer.h"
+
+namespace fp8rl {
+
+// The tokenizer of model directory `dir` (DIR/tokenizer.json with `chat_format`, or the character
+// vocabulary when it has none or `dir` is empty); checks that its ids fit the model's vocabulary.
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::filesystem::path& dir, std::string_view chat_format,
+                                                const ModelConfig& model);
+// load_model_tokenizer for the job's model directory and tokenizer.chat_format.
+std::unique_ptr<Tokenizer> load_job_tokenizer(const RunConfig& config, const ModelConfig& model);
+// The job's model with the trainer's precision policy: DIR's weights, or a random initialisation.
+Transformer load_job_model(const RunConfig& config);
+
+// Writes the exports checkpointing.export_hf and checkpointing.export_fp8 ask for, LOG_DIR/hf and
+// LOG_DIR/hf-fp8 (model/hf_weights.h), with the tokenizer files of the model directory. An FP8
+// export of a policy that does not train in FP8 quantizes its masters with the same rule.
+void export_job_model(const RunConfig& config, const Transformer& model);
+
+// The ids of each example's prompt, checked to fit the model with `max_new_tokens` more
+// (errors name the split and the example).
+std::vector<std::vector<int32_t>> encode_prompts(const Tokenizer& tokenizer, const std::vector<Example>& examples,
+                                                 int64_t max_new_tokens, int64_t max_seq_len, const char* split);
+
+}  // namespace fp8rl

@@ -1,0 +1,82 @@
+#include "tasks/chat_tokenizer.h"
+
+#include <fmt/format.h>
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+const char* chat_format_name(ChatFormat format) {
+  switch (format) {
+    case ChatFormat::kNone: return "none";
+    case ChatFormat::kLlama3: return "llama3";
+    case ChatFormat::kQwen3: return "qwen3";
+  }
+  return "?";
+}
+
+ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string_view format) {
+  BpeTokenizer bpe = BpeTokenizer::load(path);
+  auto has = [&](std::string_view token) { return bpe.token_id(token) >= 0; };
+  ChatFormat f = ChatFormat::kNone;
+  if (format == "auto") {
+    f = has("<|start_header_id|>") ? ChatFormat::kLlama3 : has("<|im_start|>") ? ChatFormat::kQwen3 : ChatFormat::kNone;
+  } else if (format == "llama3") {
+    f = ChatFormat::kLlama3;
+  } else if (format == "qwen3") {
+    f = ChatFormat::kQwen3;
+  } else {
+    FP8RL_CHECK(format == "none", "tokenizer.chat_format '{}' is not one of auto, llama3, qwen3, none", format);
+  }
+  ChatTokenizer t(std::move(bpe), f);
+  auto id = [&](std::string_view token) {
+    const int32_t i = t.bpe_.token_id(token);
+    FP8RL_CHECK(i >= 0, "tokenizer '{}': the {} chat format needs the token '{}', which the vocabulary lacks",
+                path.string(), chat_format_name(f), token);
+    return i;
+  };
+  switch (f) {
+    case ChatFormat::kLlama3:
+      t.before_prompt_ = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n";
+      t.after_prompt_ = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+      t.eos_ = id("<|eot_id|>");
+      for (const char* token : {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"}) id(token);
+      break;
+    case ChatFormat::kQwen3:
+      t.before_prompt_ = "<|im_start|>user\n";
+      t.after_prompt_ = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+      t.eos_ = id("<|im_end|>");
+      for (const char* token : {"<|im_start|>", "<think>", "</think>"}) id(token);
+      break;
+    case ChatFormat::kNone:
+      if (has("<|begin_of_text|>")) t.before_prompt_ = "<|begin_of_text|>";
+      for (const char* token : {"<|end_of_text|>", "<|endoftext|>", "</s>"})
+        if (t.eos_ < 0 && has(token)) t.eos_ = id(token);
+      FP8RL_CHECK(t.eos_ >= 0, "tokenizer '{}': no end-of-text token (<|end_of_text|>, <|endoftext|> or </s>)",
+                  path.string());
+      break;
+  }
+  const int32_t pad = t.bpe_.token_id("<|finetune_right_pad_id|>");
+  t.pad_ = pad >= 0 ? pad : t.eos_;
+  return t;
+}
+
+std::vector<int32_t> ChatTokenizer::encode_prompt(std::string_view prompt) const {
+  return bpe_.encode(before_prompt_ + std::string(prompt) + after_prompt_, /*allow_special=*/true);
+}
+
+std::vector<int32_t> ChatTokenizer::encode_answer(std::string_view answer) const {
+  return bpe_.encode(answer, /*allow_special=*/false);
+}
+
+std::string ChatTokenizer::decode_response(std::span<const int32_t> ids) const {
+  std::string text;
+  for (const int32_t id : ids) {
+    if (id == eos_) break;
+    if (!bpe_.is_token(id) || bpe_.is_special(id)) continue;
+    text += bpe_.decode(std::span<const int32_t>(&id, 1));
+  }
+  return text;
+}
+
+}  // namespace fp8rl
