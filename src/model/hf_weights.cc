@@ -165,7 +165,10 @@ void load_model_weights(const fs::path& dir, Transformer& model) {
     fp8.emplace_back(s.param->name, std::move(q));
   }
   model.refresh_weights();
-  for (const auto& [name, q] : fp8) model.install_fp8_weights(name, q);
+  std::map<std::string, Precision> precision_of;
+  for (const Transformer::NamedLinear& l : model.linears()) precision_of[l.name] = l.linear->precision();
+  for (const auto& [name, q] : fp8)
+    if (precision_of[name] == Precision::kFP8) model.install_fp8_weights(name, q);
 }
 
 const char* hf_export_format_name(HfExportFormat format) { return format == HfExportFormat::kFP8 ? "fp8" : "bf16"; }

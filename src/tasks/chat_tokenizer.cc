@@ -16,9 +16,9 @@ const char* chat_format_name(ChatFormat format) {
 }
 
 ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string_view format) {
-  BpeTokenizer bpe = BpeTokenizer::load(path);
-  auto has = [&](std::string_view token) { return bpe.token_id(token) >= 0; };
-  ChatFormat f = ChatFormat::kNone;
+  ChatTokenizer t(BpeTokenizer::load(path), ChatFormat::kNone);
+  auto has = [&](std::string_view token) { return t.bpe_.token_id(token) >= 0; };
+  ChatFormat& f = t.format_;
   if (format == "auto") {
     f = has("<|start_header_id|>") ? ChatFormat::kLlama3 : has("<|im_start|>") ? ChatFormat::kQwen3 : ChatFormat::kNone;
   } else if (format == "llama3") {
@@ -28,7 +28,6 @@ ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string
   } else {
     FP8RL_CHECK(format == "none", "tokenizer.chat_format '{}' is not one of auto, llama3, qwen3, none", format);
   }
-  ChatTokenizer t(std::move(bpe), f);
   auto id = [&](std::string_view token) {
     const int32_t i = t.bpe_.token_id(token);
     FP8RL_CHECK(i >= 0, "tokenizer '{}': the {} chat format needs the token '{}', which the vocabulary lacks",

@@ -18,6 +18,8 @@ Usage (Debian's /usr/bin/python3, torch 1.13, numpy):
       Weights may be F32, BF16, F16, or F8_E4M3 with an F32 NAME_scale_inv block-scale companion.
   hf_reference.py e4m3-table OUT        F32 values [256]: the decoded value of every E4M3 code
   hf_reference.py selftest              self-checks (exit status 0 when all pass)
+  hf_reference.py each -- CMD ARGS... [';' CMD ARGS...]...
+      Several of the commands above in one process (torch's import costs about two seconds).
 """
 import argparse
 import json
@@ -425,8 +427,8 @@ def parser():
     return ap
 
 
-def main():
-    a = parser().parse_args()
+def run(argv):
+    a = parser().parse_args(argv)
     if a.cmd == "make-checkpoint":
         make_checkpoint(a)
     elif a.cmd == "logprobs":
@@ -435,6 +437,20 @@ def main():
         write_safetensors(a.out, {"values": e4m3_table().float()})
     else:
         selftest()
+
+
+def main():
+    argv = sys.argv[1:]
+    if argv[:2] != ["each", "--"]:
+        run(argv)
+        return
+    command = []
+    for word in argv[2:] + [";"]:
+        if word != ";":
+            command.append(word)
+        elif command:
+            run(command)
+            command = []
 
 
 if __name__ == "__main__":

