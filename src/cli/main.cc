@@ -10,6 +10,7 @@
 #include "report/report_job.h"
 #include "rl/recipe.h"
 #include "rl/generate_job.h"
+#include "rl/model_source.h"
 #include "rl/grpo.h"
 #include "rl/sft_job.h"
 
@@ -90,6 +91,19 @@ int main(int argc, char** argv) {
   generate->add_flag("!--no-batch-invariant", gen.batch_invariant,
                      "a lone sample may decode on a faster path (bits differ from the trainer's in the last place)");
 
+  std::string export_from, export_to, export_format = "bf16";
+  fp8rl::PrecisionPolicy export_policy;
+  export_policy.linear = fp8rl::Precision::kFP8;
+  bool export_pow2 = false;
+  CLI::App* export_cmd = app.add_subcommand("export", "Write a checkpoint as a Hugging Face directory, in BF16 or FP8");
+  export_cmd->add_option("from", export_from, "model directory (a checkpoint, or any HF directory fp8rl loads)")->required();
+  export_cmd->add_option("to", export_to, "directory to write (replaced if it exists)")->required();
+  export_cmd->add_option("--format", export_format, "bf16, or fp8 (E4M3 weights, 128x128 weight_scale_inv)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+  export_cmd->add_option("--bf16-first-layers", export_policy.num_first_layers_in_bf16, "fp8: first layers kept in BF16");
+  export_cmd->add_option("--bf16-last-layers", export_policy.num_last_layers_in_bf16, "fp8: last layers kept in BF16");
+  export_cmd->add_flag("--pow2-scales", export_pow2, "fp8: power-of-two weight scales");
+
   std::vector<std::string> report_dirs;
   std::string report_output = "report.html";
   CLI::App* report = app.add_subcommand("report", "Compare runs in one self-contained HTML page");
@@ -112,6 +126,12 @@ int main(int argc, char** argv) {
       fmt::print("{}", config_help ? schema.to_yaml(/*with_help=*/true) : schema.to_yaml());
     }
     if (*report) fp8rl::report::run_report_job(report_dirs, report_output);
+    if (*export_cmd) {
+      if (export_pow2) export_policy.weight_scale_format = fp8rl::ScaleFormat::kPow2;
+      fp8rl::export_model_directory(export_from, export_to,
+                                    export_format == "fp8" ? fp8rl::HfExportFormat::kFP8 : fp8rl::HfExportFormat::kBF16,
+                                    export_policy);
+    }
     if (*demo) fp8rl::cli::run_demo(demo_elements);
     if (*bench && suite == "numerics") fp8rl::bench::run_numerics_bench(bench_options);
     if (*bench && suite == "kernels") fp8rl::bench::run_kernels_bench(bench_options);

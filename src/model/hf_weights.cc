@@ -200,7 +200,8 @@ void export_hf_model(const fs::path& dir, const Transformer& model, const HfExpo
                                                                        DType::kF32, Shape{ss.rows, ss.cols})});
       continue;
     }
-    if (fp8 && lin != linear_of.end()) kept_bf16.push_back(p.name.substr(0, p.name.size() - std::string(".weight").size()));
+    if (fp8 && (is_layer_linear || p.name == "lm_head.weight"))
+      kept_bf16.push_back(p.name.substr(0, p.name.size() - std::string(".weight").size()));
     if (p.shape.rank == 1) {
       entries.push_back({p.name, TensorView::contiguous(master, DType::kF32, p.shape)});
       continue;

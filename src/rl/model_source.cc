@@ -66,6 +66,14 @@ void export_job_model(const RunConfig& config, const Transformer& model) {
   }
 }
 
+void export_model_directory(const fs::path& from, const fs::path& to, HfExportFormat format,
+                            const PrecisionPolicy& policy) {
+  Transformer model(load_model_config(from), policy);
+  load_model_weights(from, model);
+  export_hf_model(to, model, {format, from});
+  fmt::print("exported '{}' ({}) to '{}'\n", from.string(), hf_export_format_name(format), to.string());
+}
+
 std::vector<std::vector<int32_t>> encode_prompts(const Tokenizer& tokenizer, const std::vector<Example>& examples,
                                                  int64_t max_new_tokens, int64_t max_seq_len, const char* split) {
   std::vector<std::vector<int32_t>> out;

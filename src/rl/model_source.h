@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 
+#include "model/hf_weights.h"
 #include "model/transformer.h"
 #include "rl/recipe.h"
 #include "tasks/tokenizer.h"
@@ -34,6 +35,11 @@ Transformer load_job_model(const RunConfig& config);
 // LOG_DIR/hf-fp8 (model/hf_weights.h), with the tokenizer files of the model directory. An FP8
 // export of a policy that does not train in FP8 quantizes its masters with the same rule.
 void export_job_model(const RunConfig& config, const Transformer& model);
+
+// `fp8rl export`: the model directory `from` (a checkpoint or any HF directory) written to `to` in
+// `format`, its linears quantized under `policy` for the FP8 format.
+void export_model_directory(const std::filesystem::path& from, const std::filesystem::path& to, HfExportFormat format,
+                            const PrecisionPolicy& policy);
 
 // The ids of each example's prompt, checked to fit the model with `max_new_tokens` more
 // (errors name the split and the example).
