@@ -110,7 +110,7 @@ std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, co
     const SafetensorsTensorInfo& info = f->info(p.name);
     FP8RL_CHECK(info.shape == p.shape, "safetensors file '{}': tensor '{}' has shape {}, expected {}", f->path().string(),
                 p.name, info.shape.str(), p.shape.str());
-    StoredParam s{&p, f};
+    StoredParam s{&p, f, nullptr, {}};
     if (info.dtype_name == "F8_E4M3") {
       FP8RL_CHECK(p.shape.rank == 2, "safetensors file '{}': tensor '{}' is F8_E4M3 but not a matrix", f->path().string(),
                   p.name);

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "tasks/pretokenize_llama3.h"
+#include "tasks/unicode_nfc.h"
 
 namespace fp8rl {
 namespace {
@@ -16,9 +17,12 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// The Split pattern of Llama 3's tokenizer.json, the one pretokenize_llama3 implements.
+// The Split patterns of Llama 3's and Qwen2 / Qwen3's tokenizer.json, the ones pretokenize_llama3
+// implements (they differ in digit runs: up to 3, or 1).
 constexpr std::string_view kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwenPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 // GPT-2's bytes_to_unicode, inverted: for each code point below 324, the byte it stands for in
 // vocabulary keys, or -1. Printable Latin-1 bytes stand for themselves; the other 68 bytes (controls,
@@ -108,23 +112,29 @@ class TokenizerFile {
   json root_;
 };
 
-void check_pre_tokenizer(const TokenizerFile& f) {
+// The longest digit run of the file's split pattern (3: Llama 3, 1: Qwen); throws for any other
+// pre-tokenizer.
+size_t check_pre_tokenizer(const TokenizerFile& f) {
   const json& pre = f.member(f.root(), "pre_tokenizer", "pre_tokenizer");
   const std::string_view expected =
-      "Sequence [Split {the Llama-3 pattern, behavior Isolated, invert false}, ByteLevel {add_prefix_space "
-      "false, use_regex false}]";
+      "Sequence [Split {the Llama-3 or Qwen pattern, behavior Isolated, invert false}, ByteLevel "
+      "{add_prefix_space false, use_regex false}]";
+  size_t max_digits = 0;
   const auto ok = [&] {
     if (!pre.is_object() || pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers")) return false;
     const json& seq = pre.at("pretokenizers");
     if (!seq.is_array() || seq.size() != 2 || !seq[0].is_object() || !seq[1].is_object()) return false;
     const json& split = seq[0];
     const json& byte_level = seq[1];
-    return split.value("type", "") == "Split" && split.contains("pattern") && split.at("pattern").is_object() &&
-           split.at("pattern").value("Regex", "") == kLlama3Pattern && split.value("behavior", "") == "Isolated" &&
+    if (!split.contains("pattern") || !split.at("pattern").is_object()) return false;
+    const std::string regex = split.at("pattern").value("Regex", "");
+    max_digits = regex == kLlama3Pattern ? 3 : regex == kQwenPattern ? 1 : 0;
+    return split.value("type", "") == "Split" && max_digits > 0 && split.value("behavior", "") == "Isolated" &&
            !split.value("invert", false) && byte_level.value("type", "") == "ByteLevel" &&
            !byte_level.value("add_prefix_space", true) && !byte_level.value("use_regex", true);
   };
   f.check(ok(), "pre_tokenizer", expected, &pre);
+  return max_digits;
 }
 
 }  // namespace
@@ -132,8 +142,13 @@ void check_pre_tokenizer(const TokenizerFile& f) {
 BpeTokenizer BpeTokenizer::load(const fs::path& path) try {
   const TokenizerFile f(path);
   const json& root = f.root();
-  f.require_null(root, "normalizer", "normalizer");
-  check_pre_tokenizer(f);
+  bool nfc = false;
+  if (root.contains("normalizer") && !root.at("normalizer").is_null()) {
+    const json& n = root.at("normalizer");
+    f.check(n.is_object() && n.value("type", "") == "NFC", "normalizer", "null or {\"type\": \"NFC\"}", &n);
+    nfc = true;
+  }
+  const size_t max_digits = check_pre_tokenizer(f);
   if (root.contains("decoder") && !root.at("decoder").is_null())
     f.check(root.at("decoder").is_object() && root.at("decoder").value("type", "") == "ByteLevel", "decoder",
             "ByteLevel or null", &root.at("decoder"));
@@ -143,10 +158,12 @@ BpeTokenizer BpeTokenizer::load(const fs::path& path) try {
   const json& type = f.member(model, "type", "model.type");
   f.check(type == "BPE", "model.type", "\"BPE\"", &type);
   f.require_null(model, "dropout", "model.dropout");
-  f.require_null(model, "continuing_subword_prefix", "model.continuing_subword_prefix");
-  f.require_null(model, "end_of_word_suffix", "model.end_of_word_suffix");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})  // null or "" (Qwen writes "")
+    if (model.contains(key) && model.at(key) != "") f.require_null(model, key, std::string("model.") + key);
 
   BpeTokenizer t;
+  t.normalize_nfc_ = nfc;
+  t.max_digits_ = max_digits;
   t.ignore_merges_ = f.optional(model, "ignore_merges", "model.ignore_merges", false);
   const bool byte_fallback = f.optional(model, "byte_fallback", "model.byte_fallback", false);
 
@@ -267,7 +284,12 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool allow_spec
 }
 
 void BpeTokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& ids) const {
-  for (const std::string_view piece : pretokenize_llama3(text)) encode_piece(piece, ids);
+  if (normalize_nfc_) {
+    const std::string normalized = nfc_normalize(text);
+    for (const std::string_view piece : pretokenize_llama3(normalized, max_digits_)) encode_piece(piece, ids);
+    return;
+  }
+  for (const std::string_view piece : pretokenize_llama3(text, max_digits_)) encode_piece(piece, ids);
 }
 
 void BpeTokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& ids) const {

@@ -6,13 +6,15 @@
 //                  with optional "ignore_merges" (a pre-token that is itself in the vocabulary is
 //                  one id, its merges skipped), "byte_fallback" and "unk_token" (what a byte
 //                  that is not in the vocabulary starts as: its <0xNN> token, else unk); "dropout",
-//                  "continuing_subword_prefix" and "end_of_word_suffix" must be null.
+//                  "continuing_subword_prefix" and "end_of_word_suffix" must be null or "".
 //   added_tokens   [{"id", "content", "special", ...}]: matched verbatim in the text before
 //                  pre-tokenization, longest first at the leftmost position; "lstrip", "rstrip"
 //                  and "single_word" must be false.
-//   normalizer     null.
-//   pre_tokenizer  Sequence[Split{the Llama-3 pattern (tasks/pretokenize_llama3.h), Isolated,
-//                  invert false}, ByteLevel{add_prefix_space false, use_regex false}].
+//   normalizer     null, or {"type": "NFC"} (Qwen2 / Qwen3): Unicode NFC (tasks/unicode_nfc.h) on
+//                  the text between added tokens, as the tokenizers library does for added
+//                  tokens that are not "normalized".
+//   pre_tokenizer  Sequence[Split{the Llama-3 or the Qwen pattern (tasks/pretokenize_llama3.h),
+//                  Isolated, invert false}, ByteLevel{add_prefix_space false, use_regex false}].
 //   decoder        ByteLevel or null.  post_processor: not applied (see `encode`).
 //
 // Tokens are stored as the bytes they stand for: vocabulary keys are undone through GPT-2's
@@ -78,6 +80,8 @@ class BpeTokenizer {
   std::vector<AddedToken> added_;                         // longest content first
   std::array<std::vector<int32_t>, 256> added_by_byte_;   // indices into added_, by first byte
   bool ignore_merges_ = false;
+  bool normalize_nfc_ = false;  // normalizer {"type": "NFC"}: applied to text outside added tokens
+  size_t max_digits_ = 3;       // of the split pattern: 3 (Llama 3) or 1 (Qwen)
 
   // Ids of pre-tokens already merged; encode() is const and may run on several threads.
   mutable std::unique_ptr<std::mutex> cache_mutex_ = std::make_unique<std::mutex>();

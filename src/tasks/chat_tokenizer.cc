@@ -61,6 +61,11 @@ ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string
 }
 
 std::vector<int32_t> ChatTokenizer::encode_prompt(std::string_view prompt) const {
+  if (format_ == ChatFormat::kLlama3) {  // Llama 3's template trims the message (`| trim`)
+    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+    while (!prompt.empty() && space(prompt.front())) prompt.remove_prefix(1);
+    while (!prompt.empty() && space(prompt.back())) prompt.remove_suffix(1);
+  }
   return bpe_.encode(before_prompt_ + std::string(prompt) + after_prompt_, /*allow_special=*/true);
 }
 

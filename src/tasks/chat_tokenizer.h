@@ -5,7 +5,8 @@
 // <|start_header_id|>, qwen3 when it has <|im_start|>, else none):
 //   llama3  <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>
 //           <|start_header_id|>assistant<|end_header_id|>\n\n          response ends: <|eot_id|>
-//           (Llama 3.0's template: no system message; 3.1+ templates add a dated system turn)
+//           (Llama 3.0's template: the prompt trimmed of surrounding whitespace, no system
+//           message; 3.1+ templates add a dated system turn)
 //   qwen3   <|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n
 //                                                                      response ends: <|im_end|>
 //           (Qwen3's template with enable_thinking=False)

