@@ -274,7 +274,8 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
           score_scale = sc.k * softmax_scale;
         }
         attention_group_kv(att.data() + r * QD + g * group * D, D, probs.data(), len, qg, D, group, runs.data(),
-                           static_cast<int>(runs.size()), len, D, KD, element, score_scale, fp8_kv ? sc.v : 1.0f);
+                           static_cast<int>(runs.size()), len, D, KD, element, score_scale, fp8_kv ? sc.v : 1.0f,
+                           policy_.attention == Precision::kBF16);
       }
       round_bf16(att.data() + r * QD, QD);
     });

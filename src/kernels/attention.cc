@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "kernels/attention_row.h"
 #include "kernels/gemm.h"
+#include "numerics/bf16.h"
 
 namespace fp8rl {
 
@@ -20,7 +21,7 @@ void check_shape(const AttentionShape& s) {
 }  // namespace
 
 void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v,
-                       const AttentionShape& s) {
+                       const AttentionShape& s, bool bf16) {
   check_shape(s);
   const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
@@ -42,14 +43,82 @@ void attention_forward(float* o, float* probs, const float* q, const float* k, c
         }
       const AttentionRows causal{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, t0 + rows};  // stride ldkv
       attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, ldkv, KvElement::kF32,
-                           scale, 1.0f);
+                           scale, 1.0f, /*bf16_probs=*/bf16);
     }
   });
 }
 
+namespace {
+
+// rows x D of `src` (leading dimension ld) as BF16 into dst [rows, D]; the values are BF16 already
+// where the header says so, so this is exact.
+void to_bf16_rows(bf16_t* dst, const float* src, int64_t rows, int64_t D, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < D; ++d) dst[r * D + d] = f32_to_bf16(src[r * ld + d]);
+}
+
+// attention_backward with BF16 operands (see the header): the FP32 path's blocks and order, the
+// BF16 GEMMs, dS rounded once.
+void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
+                             const float* k, const float* v, const AttentionShape& s) {
+  const int64_t T = s.T, D = s.D, ldq = s.Hq * D, ldkv = s.Hkv * D, group = s.Hq / s.Hkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  constexpr int64_t kBlock = 64;
+  kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
+    const int64_t b = task / s.Hkv, g = task % s.Hkv, kv_off = b * T * ldkv + g * D;
+    thread_local std::vector<float> dp;             // [T, T] dP, then dS in FP32
+    thread_local std::vector<bf16_t> kb, vb, qb, ob, pb, sb;  // [T, D] x 4, [T, T] x 2
+    dp.resize(static_cast<size_t>(T * T));
+    for (auto* buf : {&kb, &vb, &qb, &ob}) buf->resize(static_cast<size_t>(T * D));
+    pb.resize(static_cast<size_t>(T * T));
+    sb.resize(static_cast<size_t>(T * T));
+    to_bf16_rows(kb.data(), k + kv_off, T, D, ldkv);
+    to_bf16_rows(vb.data(), v + kv_off, T, D, ldkv);
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const int64_t q_off = b * T * ldq + h * D;
+      const float* p = probs + (b * s.Hq + h) * T * T;
+      to_bf16_rows(qb.data(), q + q_off, T, D, ldq);
+      to_bf16_rows(ob.data(), dout + q_off, T, D, ldq);  // dO rounded here
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < T; ++j) pb[t * T + j] = j <= t ? f32_to_bf16(p[t * T + j]) : bf16_t{0};
+      for (int64_t j0 = 0; j0 < T; j0 += kBlock) {  // dV[j] += sum_{t >= j} P[t, j] dO[t]
+        const int64_t jn = std::min(kBlock, T - j0);
+        gemm_tn_bf16(jn, D, T - j0, pb.data() + j0 * T + j0, T, ob.data() + j0 * D, D, dv + kv_off + j0 * ldkv, ldkv,
+                     /*accumulate=*/true);
+      }
+      for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+        const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn;
+        gemm_nt_bf16(tn, width, D, ob.data() + t0 * D, D, vb.data(), D, dp.data() + t0 * T, T);  // dP
+        for (int64_t t = t0; t < t0 + tn; ++t) {
+          const float* pr = p + t * T;
+          float* dr = dp.data() + t * T;
+          float lanes[16] = {};
+          for (int64_t j = 0; j <= t; ++j) lanes[j % 16] += pr[j] * dr[j];
+          const float dot = attention_tree_sum(lanes);
+          for (int64_t j = 0; j <= t; ++j) sb[t * T + j] = f32_to_bf16(pr[j] * (dr[j] - dot) * scale);  // dS rounded
+          for (int64_t j = t + 1; j < width; ++j) sb[t * T + j] = 0;
+        }
+        gemm_nn_bf16(tn, D, width, sb.data() + t0 * T, T, kb.data(), D, dq + q_off + t0 * ldq, ldq);  // dQ = dS K
+      }
+      for (int64_t j0 = 0; j0 < T; j0 += kBlock) {  // dK[j] += sum_{t >= j} dS[t, j] Q[t]
+        const int64_t jn = std::min(kBlock, T - j0);
+        gemm_tn_bf16(jn, D, T - j0, sb.data() + j0 * T + j0, T, qb.data() + j0 * D, D, dk + kv_off + j0 * ldkv, ldkv,
+                     /*accumulate=*/true);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                        const float* k, const float* v, const AttentionShape& s) {
+                        const float* k, const float* v, const AttentionShape& s, bool bf16) {
   check_shape(s);
+  if (bf16) {
+    std::memset(dk, 0, sizeof(float) * static_cast<size_t>(s.B * s.T * s.Hkv * s.D));
+    std::memset(dv, 0, sizeof(float) * static_cast<size_t>(s.B * s.T * s.Hkv * s.D));
+    return attention_backward_bf16(dq, dk, dv, dout, probs, q, k, v, s);
+  }
   const int64_t T = s.T, D = s.D, ldq = s.Hq * D, ldkv = s.Hkv * D, group = s.Hq / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::memset(dk, 0, sizeof(float) * static_cast<size_t>(s.B * T * ldkv));

@@ -10,6 +10,13 @@
 //   scores = (q k^T) * (1/sqrt(D)), causal mask, softmax in FP32 -> probs; o = probs v
 // The forward runs attention_row (attention_row.h) for every row: the generator's decode calls the
 // same function, so both engines agree bit for bit. The backward uses the GEMM entry points.
+//
+// `bf16` (policy.attention_precision: bf16; q, k, v and dout must hold BF16 values, as they do
+// with BF16 activations): the products run with BF16 operands and FP32 accumulation. Forward: P
+// is rounded to BF16 right after the softmax (the probs saved for backward are those values),
+// then P V. Backward: dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q on the BF16 GEMMs, with
+// dS = P * (dP - rowsum(P * dP)) * scale computed in FP32 and rounded to BF16 once. Without it
+// every product is FP32.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +27,11 @@ struct AttentionShape {
   int64_t B, T, Hq, Hkv, D;
 };
 
-void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v, const AttentionShape& s);
+void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v, const AttentionShape& s,
+                       bool bf16 = false);
 
 // Overwrites dq, dk and dv.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                        const float* k, const float* v, const AttentionShape& s);
+                        const float* k, const float* v, const AttentionShape& s, bool bf16 = false);
 
 }  // namespace fp8rl

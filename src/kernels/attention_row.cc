@@ -23,7 +23,8 @@ void attention_softmax(float* p, int64_t len, float max) {
 }
 
 void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                          int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
+                          int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                          bool bf16_probs, Isa isa) {
   FP8RL_CHECK(num_queries > 0, "attention_queries_kv: no queries");
   int64_t covered = 0, longest = 0;
   for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
@@ -36,19 +37,19 @@ void attention_queries_kv(const AttentionQuery* queries, int num_queries, const 
   const Isa level = resolve_isa(isa);
   if (uses_avx512(level))
     return detail::attention_queries_kv_avx512(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                               value_scale);
+                                               value_scale, bf16_probs);
   if (level == Isa::kAvx2)
     return detail::attention_queries_kv_avx2(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                             value_scale);
+                                             value_scale, bf16_probs);
   detail::attention_queries_kv_portable(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                        value_scale);
+                                        value_scale, bf16_probs);
 }
 
 namespace detail {
 
 void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                    int /*num_runs: the loader walks the runs by position*/, int64_t D, int64_t stride,
-                                   KvElement element, float score_scale, float value_scale) {
+                                   KvElement element, float score_scale, float value_scale, bool bf16_probs) {
   const int64_t row_bytes = stride * kv_element_bytes(element);
   // Position j -> its run, found by walking forward (positions are visited in order); the row
   // is widened or decoded into `buf` unless it is FP32 already.
@@ -72,7 +73,8 @@ void attention_queries_kv_portable(const AttentionQuery* queries, int num_querie
   std::vector<float> scratch(static_cast<size_t>(D));
   for (int i = 0; i < num_queries; ++i) {
     const AttentionQuery& a = queries[i];
-    attention_row(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false), scratch.data());
+    attention_row(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false), scratch.data(),
+                  bf16_probs);
   }
 }
 
@@ -80,7 +82,8 @@ void attention_queries_kv_portable(const AttentionQuery* queries, int num_querie
 
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
-                        int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, Isa isa) {
+                        int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                        bool bf16_probs, Isa isa) {
   FP8RL_CHECK(heads > 0 && probs_stride >= len, "attention_group_kv: {} heads, probs stride {} for {} positions", heads,
               probs_stride, len);
   constexpr int64_t kMaxHeads = 64;
@@ -89,7 +92,7 @@ void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t pr
   for (int64_t h = 0; h < heads; ++h)
     queries[h] = {q + h * q_stride, out + h * out_stride, probs + h * probs_stride, len};
   attention_queries_kv(queries, static_cast<int>(heads), runs, num_runs, D, stride, element, score_scale, value_scale,
-                       isa);
+                       bf16_probs, isa);
 }
 
 }  // namespace fp8rl

@@ -3,7 +3,9 @@
 // read from its KV cache. Same inputs, same bits (fp8-recipe.md invariant 1).
 //
 //   score[j] = dot(q, k_j) * score_scale          for j in [0, len)
-//   p        = softmax(score) (max subtracted, exp_f32, summed in 16 lanes, times 1/sum)
+//   p        = softmax(score) (max subtracted, exp_f32, summed in 16 lanes, times 1/sum),
+//              rounded to BF16 when `bf16_probs` (attention_precision: bf16; q, k and v are BF16
+//              values already, so P V then has BF16 operands and FP32 accumulation)
 //   out[d]   = (sum_j p[j] * v_j[d]) * value_scale   (j in index order, one FMA per term)
 //
 // The dot product runs in 16 FP32 lanes (element i goes to lane i % 16, one FMA per term)
@@ -16,6 +18,7 @@
 #include <cstdint>
 
 #include "core/cpu_features.h"
+#include "numerics/bf16.h"
 
 namespace fp8rl {
 
@@ -40,13 +43,15 @@ void attention_softmax(float* p, int64_t len, float max);
 // probs[0..len) receives p. `scratch` holds D floats for the loaders.
 template <typename LoadK, typename LoadV>
 void attention_row(float* out, float* probs, const float* q, int64_t len, int64_t D, float score_scale,
-                   float value_scale, LoadK load_k, LoadV load_v, float* scratch) {
+                   float value_scale, LoadK load_k, LoadV load_v, float* scratch, bool bf16_probs = false) {
   float max = -INFINITY;
   for (int64_t j = 0; j < len; ++j) {
     probs[j] = attention_dot(q, load_k(j, scratch), D) * score_scale;
     max = std::max(max, probs[j]);
   }
   attention_softmax(probs, len, max);
+  if (bf16_probs)
+    for (int64_t j = 0; j < len; ++j) probs[j] = bf16_to_f32(f32_to_bf16(probs[j]));
   for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
     const float* v = load_v(j, scratch);
@@ -88,21 +93,21 @@ struct AttentionQuery {
 // its dot products, softmax sums and output sums keeps the scalar order.
 void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
                           int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
-                          Isa isa = Isa::kAuto);
+                          bool bf16_probs = false, Isa isa = Isa::kAuto);
 
 // `heads` queries of one row, all of length len: head h reads q + h * q_stride and writes
 // out + h * out_stride and probs[h * probs_stride + j].
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
                         int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
-                        Isa isa = Isa::kAuto);
+                        bool bf16_probs = false, Isa isa = Isa::kAuto);
 
 // One head.
 inline void attention_row_kv(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
                              int64_t len, int64_t D, int64_t stride, KvElement element, float score_scale,
-                             float value_scale, Isa isa = Isa::kAuto) {
+                             float value_scale, bool bf16_probs = false, Isa isa = Isa::kAuto) {
   attention_group_kv(out, D, probs, len, q, D, 1, runs, num_runs, len, D, stride, element, score_scale, value_scale,
-                     isa);
+                     bf16_probs, isa);
 }
 
 namespace detail {
@@ -110,13 +115,13 @@ namespace detail {
 // loaders), AVX2 (attention_row_avx2.cc) and AVX-512 (attention_row_avx512.cc).
 void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                    int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                                   float value_scale);
+                                   float value_scale, bool bf16_probs);
 void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                               float value_scale);
+                               float value_scale, bool bf16_probs);
 void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                  int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                                 float value_scale);
+                                 float value_scale, bool bf16_probs);
 }  // namespace detail
 
 }  // namespace fp8rl

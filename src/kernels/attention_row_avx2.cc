@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/attention_row.h"
+#include "numerics/codec.h"
 #include "numerics/exp.h"
 #include "numerics/simd_target.h"
 
@@ -219,7 +220,7 @@ inline void widen_row(const uint8_t* row, int64_t D, int64_t padded, float* out)
 
 template <KvElement E>
 void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
-                             int64_t D, int64_t stride, float score_scale, float value_scale) {
+                             int64_t D, int64_t stride, float score_scale, float value_scale, bool bf16_probs) {
   constexpr int64_t kBytes = kv_element_bytes(E);
   const int64_t row_bytes = stride * kBytes, padded = (D + 15) / 16 * 16;
   const __m256 scale = _mm256_set1_ps(score_scale);
@@ -265,7 +266,10 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
       j += n;
     }
   }
-  for (int q = 0; q < num_queries; ++q) softmax(qs[q].probs, qs[q].len);
+  for (int q = 0; q < num_queries; ++q) {
+    softmax(qs[q].probs, qs[q].len);
+    if (bf16_probs) bf16_round_f32(qs[q].probs, qs[q].len);  // attention_precision: bf16
+  }
   // Value passes: up to 4 queries x 2 chunks, or fewer queries with more chunks (8 accumulators
   // cover the FMA latency), every row read once per pass.
   const int64_t chunks = (D + 7) / 8;
@@ -281,17 +285,18 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 }  // namespace
 
 void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                               int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale) {
+                               int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                               bool bf16_probs) {
   switch (element) {
     case KvElement::kF32:
       return attention_queries_typed<KvElement::kF32>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                      value_scale);
+                                                      value_scale, bf16_probs);
     case KvElement::kBF16:
       return attention_queries_typed<KvElement::kBF16>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
+                                                       value_scale, bf16_probs);
     case KvElement::kE4M3:
       return attention_queries_typed<KvElement::kE4M3>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
+                                                       value_scale, bf16_probs);
   }
 }
 

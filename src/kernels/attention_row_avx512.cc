@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/attention_row.h"
+#include "numerics/codec.h"
 #include "numerics/exp.h"
 #include "numerics/simd_target.h"
 
@@ -185,7 +186,7 @@ inline void with_count_up_to_4(int64_t left, const Fn& fn) {
 
 template <KvElement E>
 void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
-                             int64_t D, int64_t stride, float score_scale, float value_scale) {
+                             int64_t D, int64_t stride, float score_scale, float value_scale, bool bf16_probs) {
   constexpr int64_t kBytes = kv_element_bytes(E);
   const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
@@ -230,7 +231,10 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
       j += n;
     }
   }
-  for (int q = 0; q < num_queries; ++q) softmax(qs[q].probs, qs[q].len);
+  for (int q = 0; q < num_queries; ++q) {
+    softmax(qs[q].probs, qs[q].len);
+    if (bf16_probs) bf16_round_f32(qs[q].probs, qs[q].len);  // attention_precision: bf16
+  }
   for (int q = 0; q < num_queries; q += 4)
     with_count_up_to_4(num_queries - q, [&](auto h) {
       for (int64_t c0 = 0; c0 < chunks; c0 += 4)
@@ -244,17 +248,17 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 
 void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                  int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                                 float value_scale) {
+                                 float value_scale, bool bf16_probs) {
   switch (element) {
     case KvElement::kF32:
       return attention_queries_typed<KvElement::kF32>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                      value_scale);
+                                                      value_scale, bf16_probs);
     case KvElement::kBF16:
       return attention_queries_typed<KvElement::kBF16>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
+                                                       value_scale, bf16_probs);
     case KvElement::kE4M3:
       return attention_queries_typed<KvElement::kE4M3>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
+                                                       value_scale, bf16_probs);
   }
 }
 

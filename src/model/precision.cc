@@ -23,6 +23,9 @@ Precision parse_precision(std::string_view name) {
 
 void PrecisionPolicy::validate() const {
   FP8RL_CHECK(activations != Precision::kFP8, "precision policy: activations must be fp32 or bf16, got fp8");
+  FP8RL_CHECK(attention != Precision::kFP8, "precision policy: attention_precision must be fp32 or bf16, got fp8");
+  FP8RL_CHECK(attention == Precision::kF32 || activations == Precision::kBF16,
+              "precision policy: attention_precision bf16 needs BF16 activations (q, k, v as BF16 values)");
   FP8RL_CHECK(activations == Precision::kBF16 || linear == Precision::kF32,
               "precision policy: {} linears need bf16 activations (fp32 activations are the all-fp32 reference mode)",
               precision_name(linear));

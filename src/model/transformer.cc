@@ -58,7 +58,7 @@ float amax_rows(const float* x, int64_t width, const std::vector<int32_t>& real_
 //   o, q [N, Hq*D]      k, v [N, Hkv*D]
 void prefix_attention_forward(float* o, const float* q, const float* k, const float* v,
                               const std::vector<int64_t>& context_begin, const std::vector<int32_t>& context,
-                              int64_t Hq, int64_t Hkv, int64_t D) {
+                              int64_t Hq, int64_t Hkv, int64_t D, bool bf16) {
   constexpr int64_t kRowsPerTask = 16;
   const int64_t N = static_cast<int64_t>(context_begin.size()) - 1, ldq = Hq * D, ldkv = Hkv * D, group = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -82,7 +82,7 @@ void prefix_attention_forward(float* o, const float* q, const float* k, const fl
           for (AttentionRows& run : runs)
             run = {static_cast<const float*>(run.k) + D, static_cast<const float*>(run.v) + D, run.rows};
         attention_group_kv(o + n * ldq + g * group * D, D, probs.data(), len, q + n * ldq + g * group * D, D, group,
-                           runs.data(), static_cast<int>(runs.size()), len, D, ldkv, KvElement::kF32, scale, 1.0f);
+                           runs.data(), static_cast<int>(runs.size()), len, D, ldkv, KvElement::kF32, scale, 1.0f, bf16);
       }
     }
   });
@@ -266,6 +266,7 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   const LayerLinears& ll = linears_[static_cast<size_t>(l)];
   // Attention block.
   const bool bf16_acts = policy_.activations == Precision::kBF16;
+  const bool bf16_attention = policy_.attention == Precision::kBF16;
   rmsnorm_forward(a.h1.data(), a.rstd1.data(), a.x.data(), lw.attn_norm, N, C, config_.norm_eps, bf16_acts);
   // q, k and v read h1, gate and up read h2: each input is converted to BF16 or FP8 once where
   // the linears' precisions allow.
@@ -288,10 +289,10 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
                         amax_rows(a.v.data(), Hkv * D, rows.real_rows)};
   if (stop_after_qkv) return amax;
   if (rows.context_begin.empty()) {
-    attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), rows.shape);
+    attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), rows.shape, bf16_attention);
   } else {
     prefix_attention_forward(a.att.data(), a.q.data(), a.k.data(), a.v.data(), rows.context_begin, rows.context, Hq,
-                             Hkv, D);
+                             Hkv, D, bf16_attention);
   }
   round_activations(a.att.data(), N * Hq * D);
   for (int64_t n = 0; n < N; ++n)
@@ -447,8 +448,8 @@ void Transformer::backward(const float* dlogprobs) {
     rmsnorm_backward(dx_mid, lg.mlp_norm, dh, a.x_mid.data(), lw.mlp_norm, a.rstd2.data(), N, C, true);
     // x_mid = x + o(attention(rope(norm(q(h1))), rope(norm(k(h1))), v(h1))), h1 = norm(x)
     ll.o.backward(datt, false, lg.wo, dx_mid, N, a.co);
-    attention_backward(dq, dk, dv, datt, a.probs.data(), a.q.data(), a.k.data(),
-                       a.v.data(), shape);
+    attention_backward(dq, dk, dv, datt, a.probs.data(), a.q.data(), a.k.data(), a.v.data(), shape,
+                       policy_.attention == Precision::kBF16);
     rope_backward(dq, batch_.positions.data(), N, Hq, D, rope_);
     rope_backward(dk, batch_.positions.data(), N, Hkv, D, rope_);
     const float* dq_in = dq;

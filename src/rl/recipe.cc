@@ -34,6 +34,10 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("policy.fp8.pow2_activation_scaling_factors", &c.pow2_activation_scaling_factors, false,
         "power-of-two activation and gradient scales");
   s.add("policy.fp32_lm_head", &c.fp32_lm_head, false, "LM head in FP32 (on every path that computes log-probs)");
+  s.add("policy.attention_precision", &c.attention_precision, "fp32",
+        "attention products (Q K^T, P V and their gradients) in both engines: fp32, or bf16 operands with FP32 "
+        "accumulation (P and dS rounded to BF16)")
+      .choices({"fp32", "bf16"});
 
   s.add("policy.optimizer.lr", &c.adam.lr, 1e-3, "AdamW learning rate").greater_than(0);
   s.add("policy.optimizer.weight_decay", &c.adam.weight_decay, 0.01, "decoupled weight decay (matrices only)").at_least(0);
@@ -130,6 +134,7 @@ PrecisionPolicy RunConfig::trainer_policy() const {
   p.bf16_linear_substrings = ignore_layers;
   p.weight_scale_format = pow2_weight_scaling_factors ? ScaleFormat::kPow2 : ScaleFormat::kFp32;
   p.activation_scale_format = pow2_activation_scaling_factors ? ScaleFormat::kPow2 : ScaleFormat::kFp32;
+  p.attention = parse_precision(attention_precision);
   p.fp32_lm_head = fp32_lm_head || precision == "fp32";
   p.validate();
   return p;

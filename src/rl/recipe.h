@@ -45,6 +45,7 @@ struct RunConfig {
   bool pow2_weight_scaling_factors = false;
   bool pow2_activation_scaling_factors = false;
   bool fp32_lm_head = false;                // policy.fp32_lm_head
+  std::string attention_precision;          // policy.attention_precision: fp32 | bf16
 
   // Optimizer and schedule (policy.optimizer.*, policy.scheduler.*).
   AdamWConfig adam;

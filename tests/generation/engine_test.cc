@@ -27,15 +27,17 @@ ModelConfig test_config(bool qk_norm) {
   return c;
 }
 
-PrecisionPolicy policy_for(Precision linear) {
+PrecisionPolicy policy_for(Precision linear, Precision attention = Precision::kF32) {
   PrecisionPolicy p;
   p.linear = linear;
+  p.attention = attention;
   return p;
 }
 
 // A trainer with sharpened random weights, so that distributions are far from uniform.
-Transformer make_trainer(const ModelConfig& c, Precision linear, uint64_t seed, float sharpen = 8.0f) {
-  Transformer t(c, policy_for(linear));
+Transformer make_trainer(const ModelConfig& c, Precision linear, uint64_t seed, float sharpen = 8.0f,
+                         Precision attention = Precision::kF32) {
+  Transformer t(c, policy_for(linear, attention));
   t.init_random(seed);
   for (int64_t i = 0; i < t.num_params(); ++i) t.params()[i] *= sharpen;
   for (const ParamInfo& p : t.layout().tensors())
@@ -120,10 +122,15 @@ TEST(Generation, GreedyEqualsTheTrainersArgmaxContinuation) {
   }
 }
 
-class GenerationAgreement : public ::testing::TestWithParam<Precision> {};
+// Linear precision x attention precision (policy.attention_precision): the generator computes the
+// trainer's attention products from the same roundings either way.
+struct AgreementCase {
+  Precision linear, attention;
+};
+class GenerationAgreement : public ::testing::TestWithParam<AgreementCase> {};
 
 TEST_P(GenerationAgreement, SampledLogprobsEqualTheTrainersExactly) {
-  Transformer t = make_trainer(test_config(true), GetParam(), 5);
+  Transformer t = make_trainer(test_config(true), GetParam().linear, 5, 8.0f, GetParam().attention);
   GenerationEngine e(t.config(), t.policy(), {});
   refit_generator_weights(t, e);
   const auto prompts = make_prompts(5, 2);
@@ -139,7 +146,7 @@ TEST_P(GenerationAgreement, SampledLogprobsEqualTheTrainersExactly) {
 // 64 in BF16), small ones through the GEMV: 80 sequences decoded together, against the trainer
 // and against an engine that decodes 3 at a time (GEMV only), bit for bit.
 TEST_P(GenerationAgreement, LargeBatchesThroughTheGemmAgreeExactly) {
-  Transformer t = make_trainer(test_config(false), GetParam(), 6);
+  Transformer t = make_trainer(test_config(false), GetParam().linear, 6, 8.0f, GetParam().attention);
   EngineOptions wide_opts;
   wide_opts.max_num_seqs = 80;
   EngineOptions narrow_opts;
@@ -165,7 +172,7 @@ TEST_P(GenerationAgreement, LargeBatchesThroughTheGemmAgreeExactly) {
 // AMX machine), whose bits differ from the trainer's GEMM in the last place: the agreement is then
 // within the 1.001 instead of exact, and runs still reproduce.
 TEST_P(GenerationAgreement, WithoutBatchInvarianceLoneSequencesStayWithinTolerance) {
-  Transformer t = make_trainer(test_config(true), GetParam(), 5);
+  Transformer t = make_trainer(test_config(true), GetParam().linear, 5, 8.0f, GetParam().attention);
   EngineOptions eo;
   eo.max_num_seqs = 1;  // every decode forward is one row
   eo.batch_invariant = false;
@@ -175,14 +182,21 @@ TEST_P(GenerationAgreement, WithoutBatchInvarianceLoneSequencesStayWithinToleran
   const auto seqs = e.generate(prompts, 3, sampling_options(12, 7));
   const double err = token_mult_prob_error(seqs, trainer_logprobs(t, prompts, seqs, 3));
   std::printf("%s linears, batch_invariant off, one sequence at a time: token_mult_prob_error = %.7f\n",
-              precision_name(GetParam()), err);
+              precision_name(GetParam().linear), err);
   EXPECT_LT(err, 1.001);
   const auto again = e.generate(prompts, 3, sampling_options(12, 7));
   for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i].logprobs, again[i].logprobs) << "sequence " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, GenerationAgreement, ::testing::Values(Precision::kBF16, Precision::kFP8),
-                         [](const auto& info) { return std::string(precision_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Precisions, GenerationAgreement,
+                         ::testing::Values(AgreementCase{Precision::kBF16, Precision::kF32},
+                                           AgreementCase{Precision::kFP8, Precision::kF32},
+                                           AgreementCase{Precision::kBF16, Precision::kBF16},
+                                           AgreementCase{Precision::kFP8, Precision::kBF16}),
+                         [](const auto& info) {
+                           return std::string(precision_name(info.param.linear)) + "_attention_" +
+                                  precision_name(info.param.attention);
+                         });
 
 TEST(Generation, Fp8KvCacheAndAttentionStayCloseToTheTrainer) {
   // Weights 3x the default init: entropy well below uniform, as a trained model's.

@@ -64,7 +64,8 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
     fill_normal(k.data(), c.len * c.stride, 0.0f, 2.0f, 5, 2);
     fill_normal(v.data(), c.len * c.stride, 0.0f, 1.0f, 5, 3);
     if (c.D >= 16) q[3] = -0.0f, k[3] = 0.0f;  // a signed zero product
-    for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3}) {
+    for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3})
+    for (const bool bf16_probs : {false, true}) {  // attention_precision fp32 and bf16
       const TypedRows rows{element, store_as(element, k), store_as(element, v)};
       std::vector<float> want(static_cast<size_t>(c.D)), want_p(static_cast<size_t>(c.len));
       std::vector<float> kj(static_cast<size_t>(c.D)), vj(kj.size());
@@ -78,7 +79,7 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
             for (int64_t d = 0; d < c.D; ++d) vj[static_cast<size_t>(d)] = rows.value(rows.v, j * c.stride + d);
             return vj.data();
           },
-          nullptr);
+          nullptr, bf16_probs);
       const int64_t row_bytes = c.stride * kv_element_bytes(element);
       std::vector<AttentionRows> runs;
       const int64_t first = c.split < 0 ? c.len : c.split;
@@ -89,9 +90,10 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
       for (Isa isa : testing::available_isas()) {
         std::vector<float> got(want.size(), 7.0f), got_p(want_p.size(), 7.0f);
         attention_row_kv(got.data(), got_p.data(), q.data(), runs.data(), static_cast<int>(runs.size()), c.len, c.D,
-                         c.stride, element, c.score_scale, c.value_scale, isa);
+                         c.stride, element, c.score_scale, c.value_scale, bf16_probs, isa);
         const std::string what = std::string(isa_name(isa)) + " element " + std::to_string(static_cast<int>(element)) +
-                                 " D=" + std::to_string(c.D) + " len=" + std::to_string(c.len);
+                                 " D=" + std::to_string(c.D) + " len=" + std::to_string(c.len) +
+                                 (bf16_probs ? " bf16 P" : "");
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << what;
         EXPECT_EQ(0, std::memcmp(got_p.data(), want_p.data(), want_p.size() * 4)) << what;
       }
@@ -118,11 +120,11 @@ TEST(AttentionRow, GroupOfHeadsGivesEachHeadsSingleRowBits) {
           std::vector<float> out(static_cast<size_t>(heads * out_stride), 7.0f),
               p(static_cast<size_t>(heads * 60), 7.0f);
           attention_group_kv(out.data(), out_stride, p.data(), 60, q.data(), q_stride, heads, runs, 2, len, D, stride,
-                             element, 0.125f, 0.5f, isa);
+                             element, 0.125f, 0.5f, false, isa);
           for (int64_t h = 0; h < heads; ++h) {
             std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(len));
             attention_row_kv(want.data(), want_p.data(), q.data() + h * q_stride, runs, 2, len, D, stride, element,
-                             0.125f, 0.5f, Isa::kPortable);
+                             0.125f, 0.5f, false, Isa::kPortable);
             const std::string what = std::string(isa_name(isa)) + " element " +
                                      std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) + " heads " +
                                      std::to_string(heads) + " head " + std::to_string(h);
@@ -156,13 +158,13 @@ TEST(AttentionRow, QueriesOfDifferentLengthsGiveEachQuerysSingleRowBits) {
         for (int64_t i = 0; i < queries_n; ++i)  // lengths 45, 44, ..., 35 (out of order on purpose)
           queries.push_back({q.data() + i * D, out.data() + i * D, p.data() + i * rows, rows - (i * 7) % queries_n});
         attention_queries_kv(queries.data(), static_cast<int>(queries.size()), runs, 2, D, stride, element, 0.125f,
-                             0.5f, isa);
+                             0.5f, /*bf16_probs=*/true, isa);
         for (const AttentionQuery& a : queries) {
           std::vector<AttentionRows> own = {runs[0], runs[1]};
           own[1].rows = a.len - 17;
           std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(a.len));
           attention_row_kv(want.data(), want_p.data(), a.q, own.data(), 2, a.len, D, stride, element, 0.125f, 0.5f,
-                           Isa::kPortable);
+                           /*bf16_probs=*/true, Isa::kPortable);
           const std::string what = std::string(isa_name(isa)) + " element " +
                                    std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) + " len " +
                                    std::to_string(a.len);
@@ -189,7 +191,7 @@ TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
     const float want = 0.0f + e4m3_to_f32(static_cast<uint8_t>(code));  // the output sum starts at +0
     for (Isa isa : testing::available_isas()) {
       std::vector<float> out(16), p(1);
-      attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 1, 16, 16, KvElement::kE4M3, 1.0f, 1.0f, isa);
+      attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 1, 16, 16, KvElement::kE4M3, 1.0f, 1.0f, false, isa);
       if (std::isnan(want))
         EXPECT_TRUE(std::isnan(out[0])) << isa_name(isa) << " code " << code;
       else

@@ -11,6 +11,7 @@
 #include "kernels/logprob.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "numerics/bf16.h"
 #include "kernels/swiglu.h"
 #include "tests/grad_check.h"
 #include "tests/test_util.h"
@@ -81,15 +82,27 @@ TEST(OpsGrad, SwiGluGivesTheSameBitsOnEveryIsa) {
 
 // The backward skips the zero upper triangle in blocks of 64 rows; at T = 150 (three blocks,
 // the last partial) it must still equal the full products, computed here in double from the same
-// probabilities.
-TEST(OpsGrad, AttentionBackwardOverSeveralCausalBlocksMatchesTheFullProducts) {
+// probabilities. With BF16 attention (q, k, v, dout BF16 values, P rounded in the forward) the
+// reference rounds dS to BF16 as the kernel does; the kernel's FP32 dS can round the other way
+// where it sits within an FP32 error of a rounding boundary, so the bound is one BF16 step
+// (2^-8) of the largest value rather than the FP32 path's 1e-4.
+class AttentionBackwardBlocks : public ::testing::TestWithParam<bool> {};
+
+TEST_P(AttentionBackwardBlocks, MatchTheFullProductsInDouble) {
+  const bool bf16 = GetParam();
   const AttentionShape s{2, 150, 4, 2, 16};
   const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
   const int64_t nq = s.B * s.T * ldq, nkv = s.B * s.T * ldkv;
   auto q = randn(nq, 1), k = randn(nkv, 2), v = randn(nkv, 3), dout = randn(nq, 4);
+  if (bf16)
+    for (auto* x : {&q, &k, &v, &dout})
+      for (float& e : *x) e = bf16_to_f32(f32_to_bf16(e));
   std::vector<float> o(nq), probs(static_cast<size_t>(s.B * s.Hq * s.T * s.T)), dq(nq), dk(nkv), dv(nkv);
-  attention_forward(o.data(), probs.data(), q.data(), k.data(), v.data(), s);
-  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), s);
+  attention_forward(o.data(), probs.data(), q.data(), k.data(), v.data(), s, bf16);
+  if (bf16) {
+    for (float p : probs) ASSERT_EQ(p, bf16_to_f32(f32_to_bf16(p))) << "P is rounded to BF16 in the forward";
+  }
+  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), s, bf16);
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
   std::vector<double> rq(nq, 0.0), rk(nkv, 0.0), rv(nkv, 0.0), ds(static_cast<size_t>(s.T * s.T));
   for (int64_t b = 0; b < s.B; ++b)
@@ -109,6 +122,7 @@ TEST(OpsGrad, AttentionBackwardOverSeveralCausalBlocksMatchesTheFullProducts) {
         for (int64_t j = 0; j <= t; ++j) {
           double& x = ds[static_cast<size_t>(t * s.T + j)];
           x = p[t * s.T + j] * (x - dot) * scale;
+          if (bf16) x = bf16_to_f32(f32_to_bf16(static_cast<float>(x)));
           for (int64_t d = 0; d < s.D; ++d) {
             rv[ka(j, d)] += p[t * s.T + j] * static_cast<double>(dout[qa(t, d)]);
             rq[qa(t, d)] += x * k[ka(j, d)];
@@ -117,18 +131,22 @@ TEST(OpsGrad, AttentionBackwardOverSeveralCausalBlocksMatchesTheFullProducts) {
         }
       }
     }
-  auto expect_close = [](const char* what, const std::vector<float>& got, const std::vector<double>& want) {
+  auto expect_close = [&](const char* what, const std::vector<float>& got, const std::vector<double>& want) {
     double worst = 0.0, norm = 0.0;
     for (size_t i = 0; i < got.size(); ++i) {
       worst = std::max(worst, std::fabs(got[i] - want[i]));
       norm = std::max(norm, std::fabs(want[i]));
     }
-    EXPECT_LE(worst, 1e-4 * norm) << what << ": worst |difference| " << worst << " for max |value| " << norm;
+    EXPECT_LE(worst, (bf16 ? 0x1p-8 : 1e-4) * norm) << what << ": worst |difference| " << worst << " for max |value| "
+                                                     << norm;
   };
   expect_close("dq", dq, rq);
   expect_close("dk", dk, rk);
   expect_close("dv", dv, rv);
 }
+
+INSTANTIATE_TEST_SUITE_P(Precisions, AttentionBackwardBlocks, ::testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "bf16" : "fp32"); });
 
 TEST(OpsGrad, RopeBackwardIsTheAdjointAndRotationsKeepNorms) {
   const int64_t rows = 5, heads = 3, dim = 8;

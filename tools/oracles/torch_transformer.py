@@ -2,7 +2,7 @@
 """PyTorch oracle of fp8rl's transformer: the same Llama-3 / Qwen3 model in plain torch ops.
 
 Usage (run by tests/model/torch_oracle_test.cc with Debian's /usr/bin/python3):
-  torch_transformer.py [--mode fp32,bf16,fp8] [--steps 10] [--lr 1e-3] [--weight-decay 0.1]
+  torch_transformer.py [--mode fp32,bf16,fp8,bf16attn] [--steps 10] [--lr 1e-3] [--weight-decay 0.1]
                        [--max-grad-norm 1.0] JOB_DIR [JOB_DIR ...]
 Several job directories share one start of Python and torch (about a second).
 
@@ -23,6 +23,9 @@ Modes reproduce fp8rl's precision policy (src/model/transformer.cc, linear.cc):
         rounded to bfloat16 with float32 accumulation, and dY rounded before dgrad and wgrad
   fp8   as bf16, but the seven linears of every layer run the blockwise FP8 recipe
         (fp8-recipe.md sections 3-4), emulated here in float ops; the LM head stays BF16
+  bf16attn  bf16 with policy.attention_precision: bf16 (kernels/attention.h): P rounded to
+        bfloat16 after the softmax (whose backward uses the rounded P), the gradient reaching
+        the attention output (dO) and the one reaching q k^T (dS, scale included) rounded
 
 Debian has no `safetensors` package, so the format (u64 LE header length, JSON header, data)
 is read and written directly.
@@ -245,11 +248,40 @@ class Fp8Linear(torch.autograd.Function):
         return dx, fp8_gemm_nt(dytq, dyts, xtq, xts)
 
 
+class RoundGradBf16(torch.autograd.Function):
+    """The identity forward; the backward rounds the gradient to bfloat16 (dO, dS)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, dy):
+        return bf16(dy)
+
+
+class SoftmaxBf16(torch.autograd.Function):
+    """softmax rounded to bfloat16; its backward uses the rounded probabilities, as fp8rl's
+    attention backward reads the P its forward saved."""
+
+    @staticmethod
+    def forward(ctx, x):
+        p = bf16(torch.softmax(x, dim=-1))
+        ctx.save_for_backward(p)
+        return p
+
+    @staticmethod
+    def backward(ctx, dp):
+        (p,) = ctx.saved_tensors
+        return p * (dp - (p * dp).sum(dim=-1, keepdim=True))
+
+
 class Policy:
     """Where fp8rl rounds, and how its linears compute, in one precision mode."""
 
     def __init__(self, mode):
-        self.mode = mode
+        self.bf16_attention = mode == "bf16attn"
+        self.mode = "bf16" if mode == "bf16attn" else mode
 
     def round(self, x):
         return x if self.mode == "fp32" else RoundBf16.apply(x)
@@ -318,17 +350,25 @@ def rope(x, cos, sin):
     return x * c + rotate_half(x) * s
 
 
-def causal_attention(q, k, v, B, T):
+def causal_attention(q, k, v, B, T, bf16_attention=False):
     """q [N, Hq, D], k and v [N, Hkv, D] with N = B*T -> [N, Hq*D]. Query head h reads kv head
-    h // (Hq / Hkv). Softmax in float32 over positions s <= t of the same sequence."""
+    h // (Hq / Hkv). Softmax in float32 over positions s <= t of the same sequence; with
+    bf16_attention, the rounding points of policy.attention_precision: bf16."""
     Hq, Hkv, D = q.shape[1], k.shape[1], q.shape[2]
     q = q.view(B, T, Hq, D).transpose(1, 2)
     k = k.view(B, T, Hkv, D).transpose(1, 2).repeat_interleave(Hq // Hkv, dim=1)
     v = v.view(B, T, Hkv, D).transpose(1, 2).repeat_interleave(Hq // Hkv, dim=1)
-    scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(D))
+    raw = q @ k.transpose(-1, -2)
+    if bf16_attention:
+        raw = RoundGradBf16.apply(raw)  # dS (the scale is applied before, in the backward)
+    scores = raw * (1.0 / math.sqrt(D))
     future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    probs = torch.softmax(scores.masked_fill(future, -math.inf), dim=-1)
-    return (probs @ v).transpose(1, 2).reshape(B * T, Hq * D)
+    masked = scores.masked_fill(future, -math.inf)
+    probs = SoftmaxBf16.apply(masked) if bf16_attention else torch.softmax(masked, dim=-1)
+    out = probs @ v
+    if bf16_attention:
+        out = RoundGradBf16.apply(out)  # dO
+    return out.transpose(1, 2).reshape(B * T, Hq * D)
 
 
 def swiglu(g, u):
@@ -349,7 +389,7 @@ def attention_block(policy, cfg, p, prefix, x, cos, sin, B, T, real):
     q = policy.round(rope(q, cos, sin))
     k = policy.round(rope(k, cos, sin))
     # Padding rows are kept at exactly zero (as fp8rl does) so they never enter a block's amax.
-    att = policy.round(causal_attention(q, k, v, B, T)) * real
+    att = policy.round(causal_attention(q, k, v, B, T, policy.bf16_attention)) * real
     return policy.round(x + policy.linear(att, p[prefix + "self_attn.o_proj.weight"]))
 
 
@@ -445,7 +485,7 @@ def run_mode(mode, cfg, weights, batch, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("jobs", nargs="+", metavar="JOB_DIR")
-    parser.add_argument("--mode", default="fp32,bf16,fp8", help="comma-separated: fp32, bf16, fp8")
+    parser.add_argument("--mode", default="fp32,bf16,fp8", help="comma-separated: fp32, bf16, fp8, bf16attn")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight-decay", type=float, default=0.1)
@@ -454,8 +494,8 @@ def main():
     torch.set_num_threads(1)  # deterministic sums; the model is tiny
     modes = args.mode.split(",")
     for mode in modes:
-        if mode not in ("fp32", "bf16", "fp8"):
-            raise SystemExit(f"unknown mode '{mode}' (expected fp32, bf16 or fp8)")
+        if mode not in ("fp32", "bf16", "fp8", "bf16attn"):
+            raise SystemExit(f"unknown mode '{mode}' (expected fp32, bf16, fp8 or bf16attn)")
 
     check_e4m3_rounding()
     for job in args.jobs:
