@@ -143,13 +143,22 @@ void run_model_child(const BenchOptions& options, bool quick) {
       batch.targets[static_cast<size_t>(b * s.T + t)] = token(b, t + 1);
     }
 
-  const Precision precisions[] = {Precision::kBF16, Precision::kFP8};
+  // The GRPO presets' policies (BF16 attention) with BF16 and FP8 linears, then BF16 linears with
+  // FP32 attention, what BF16 attention saves.
+  struct Case {
+    const char* name;
+    Precision linear, attention;
+  };
+  const Case cases[] = {{"train_step_bf16", Precision::kBF16, Precision::kBF16},
+                        {"train_step_fp8", Precision::kFP8, Precision::kBF16},
+                        {"train_step_bf16_fp32_attention", Precision::kBF16, Precision::kF32}};
   std::vector<std::unique_ptr<Transformer>> models;
   std::vector<std::unique_ptr<AdamW>> optimizers;
   std::vector<std::function<void()>> steps;
-  for (Precision p : precisions) {
+  for (const Case& c : cases) {
     PrecisionPolicy policy;
-    policy.linear = p;
+    policy.linear = c.linear;
+    policy.attention = c.attention;
     models.push_back(std::make_unique<Transformer>(s.config, policy));
     models.back()->init_random(/*seed=*/1);
     optimizers.push_back(std::make_unique<AdamW>(models.back()->layout(), AdamWConfig{}));
@@ -179,7 +188,8 @@ void run_model_child(const BenchOptions& options, bool quick) {
   for (size_t i = 0; i < seconds.size(); ++i) {
     const double gflops = 6.0 * linear_params(s.config) * tokens / seconds[i] / 1e9;
     nlohmann::ordered_json r = {{"suite", "model"},
-                                {"case", fmt::format("train_step_{}", precision_name(precisions[i]))},
+                                {"case", cases[i].name},
+                                {"attention", precision_name(cases[i].attention)},
                                 {"preset", s.config.preset},
                                 {"batch", fmt::format("{}x{}", s.B, s.T)},
                                 {"params", models[i]->num_params()},
@@ -241,7 +251,7 @@ void run_model_bench(const BenchOptions& options, bool quick) {
     const std::vector<nlohmann::ordered_json> ours = run_json_lines(
         fmt::format("FP8RL_NUM_THREADS={} FP8RL_BENCH_MODEL_CHILD=1 '{}' bench model --json --repeats {}{}", threads,
                     exe, options.repeats, quick ? " --quick" : ""));
-    FP8RL_CHECK(ours.size() == 2, "bench model: the child process with {} threads printed {} records, expected 2",
+    FP8RL_CHECK(ours.size() == 3, "bench model: the child process with {} threads printed {} records, expected 3",
                 threads, ours.size());
     // The peer as it runs by default (oneDNN picks AMX where the CPU has it) and limited to
     // AVX-512 BF16, the instruction set of our kernels (ONEDNN_MAX_CPU_ISA). On the AVX2 level
@@ -269,7 +279,7 @@ void run_model_bench(const BenchOptions& options, bool quick) {
     }
     const double bf16_tokens = ours[0].value("tokens_per_s", 0.0);
     for (nlohmann::ordered_json r : ours) {
-      if (r.value("case", "") == "train_step_fp8") r["ratio_to_bf16"] = r.value("tokens_per_s", 0.0) / bf16_tokens;
+      if (r.value("case", "") != "train_step_bf16") r["ratio_to_bf16"] = r.value("tokens_per_s", 0.0) / bf16_tokens;
       if (peer.is_null()) {
         r["peer"] = "unavailable (tools/bench/torch_train_step.py or /usr/bin/python3 with torch not found)";
       } else {
