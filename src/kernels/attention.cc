@@ -50,6 +50,16 @@ void attention_forward(float* o, float* probs, const float* q, const float* k, c
 
 namespace {
 
+// Row t of the softmax backward with the score scale: dS[j] = P[j] (dP[j] - sum_j P dP) * scale for
+// j <= t (the sum in 16 lanes and the tree), each passed to store(j, value).
+template <typename Store>
+void softmax_backward_row(const float* p, const float* dp, int64_t t, float scale, Store store) {
+  float lanes[16] = {};
+  for (int64_t j = 0; j <= t; ++j) lanes[j % 16] += p[j] * dp[j];
+  const float dot = attention_tree_sum(lanes);
+  for (int64_t j = 0; j <= t; ++j) store(j, p[j] * (dp[j] - dot) * scale);
+}
+
 // rows x D of `src` (leading dimension ld) as BF16 into dst [rows, D]; the values are BF16 already
 // where the header says so, so this is exact.
 void to_bf16_rows(bf16_t* dst, const float* src, int64_t rows, int64_t D, int64_t ld) {
@@ -90,13 +100,10 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
         const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn;
         gemm_nt_bf16(tn, width, D, ob.data() + t0 * D, D, vb.data(), D, dp.data() + t0 * T, T);  // dP
         for (int64_t t = t0; t < t0 + tn; ++t) {
-          const float* pr = p + t * T;
-          float* dr = dp.data() + t * T;
-          float lanes[16] = {};
-          for (int64_t j = 0; j <= t; ++j) lanes[j % 16] += pr[j] * dr[j];
-          const float dot = attention_tree_sum(lanes);
-          for (int64_t j = 0; j <= t; ++j) sb[t * T + j] = f32_to_bf16(pr[j] * (dr[j] - dot) * scale);  // dS rounded
-          for (int64_t j = t + 1; j < width; ++j) sb[t * T + j] = 0;
+          bf16_t* sr = sb.data() + t * T;
+          softmax_backward_row(p + t * T, dp.data() + t * T, t, scale,
+                               [&](int64_t j, float ds) { sr[j] = f32_to_bf16(ds); });  // dS rounded once
+          for (int64_t j = t + 1; j < width; ++j) sr[j] = 0;
         }
         gemm_nn_bf16(tn, D, width, sb.data() + t0 * T, T, kb.data(), D, dq + q_off + t0 * ldq, ldq);  // dQ = dS K
       }
@@ -147,12 +154,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         gemm_nt_f32(tn, width, D, dout + q_off + t0 * ldq, ldq, v + kv_off, ldkv, ds.data() + t0 * T, T);
         // dS = P * (dP - sum_j P dP) * scale (softmax backward, then the score scale), zero past t.
         for (int64_t t = t0; t < t0 + tn; ++t) {
-          const float* pr = p + t * T;
           float* dr = ds.data() + t * T;
-          float lanes[16] = {};
-          for (int64_t j = 0; j <= t; ++j) lanes[j % 16] += pr[j] * dr[j];
-          const float dot = attention_tree_sum(lanes);
-          for (int64_t j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot) * scale;
+          softmax_backward_row(p + t * T, dr, t, scale, [&](int64_t j, float v) { dr[j] = v; });
           for (int64_t j = t + 1; j < width; ++j) dr[j] = 0.0f;
         }
         // dQ = dS K over the keys the block sees.

@@ -30,6 +30,19 @@ inline std::string byte_level_key(int b) {
   return s;
 }
 
+// The pre_tokenizer of Llama 3's tokenizer.json: its Split pattern, then ByteLevel.
+inline nlohmann::json llama3_pre_tokenizer_json() {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"},
+             {"pattern",
+              {{"Regex",
+                R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+}
+
 // `added`: (content, special) pairs, given ids 256, 257, ...
 inline std::string byte_level_tokenizer_json(const std::vector<std::pair<std::string, bool>>& added) {
   using json = nlohmann::json;
@@ -46,16 +59,7 @@ inline std::string byte_level_tokenizer_json(const std::vector<std::pair<std::st
       {"version", "1.0"},
       {"added_tokens", added_tokens},
       {"normalizer", nullptr},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"},
-           {"pattern",
-            {{"Regex",
-              R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
-           {"behavior", "Isolated"},
-           {"invert", false}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"pre_tokenizer", llama3_pre_tokenizer_json()},
       {"decoder", {{"type", "ByteLevel"}}},
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"1 2", byte_level_key(' ') + " ="})}}}};
   return j.dump();
