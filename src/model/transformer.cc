@@ -31,22 +31,31 @@ void add_into(float* out, const float* a, const float* b, int64_t n, bool round)
     if (round) bf16_round_f32(out + i0, i1 - i0);
   });
 }
-// Largest |x| over the first `rows` rows of a [*, width] buffer that have a real token.
-// (16 running maxima the compiler can vectorise; max is exact, so the order does not matter.)
-float amax_rows(const float* x, int64_t width, const std::vector<int32_t>& real_rows) {
-  float lanes[16] = {};
+// Largest |x| per head over the rows of a [*, heads * D] buffer that have a real token, into
+// heads_amax [heads]; returns their maximum. (16 running maxima per head the compiler can
+// vectorise; max is exact, so the order does not matter.)
+float amax_rows(const float* x, int64_t heads, int64_t D, const std::vector<int32_t>& real_rows,
+                std::vector<float>& heads_amax) {
+  std::vector<float> lanes(static_cast<size_t>(heads * 16), 0.0f);
   for (int32_t r : real_rows) {
-    const float* row = x + r * width;
-    int64_t i = 0;
-    for (; i + 16 <= width; i += 16)
-      for (int l = 0; l < 16; ++l) {
-        const float a = std::fabs(row[i + l]);
-        lanes[l] = a > lanes[l] ? a : lanes[l];
-      }
-    for (; i < width; ++i) lanes[0] = std::max(lanes[0], std::fabs(row[i]));
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* row = x + (r * heads + h) * D;
+      float* hl = lanes.data() + h * 16;
+      int64_t i = 0;
+      for (; i + 16 <= D; i += 16)
+        for (int l = 0; l < 16; ++l) {
+          const float a = std::fabs(row[i + l]);
+          hl[l] = a > hl[l] ? a : hl[l];
+        }
+      for (; i < D; ++i) hl[0] = std::max(hl[0], std::fabs(row[i]));
+    }
   }
+  heads_amax.assign(static_cast<size_t>(heads), 0.0f);
   float m = 0.0f;
-  for (float l : lanes) m = std::max(m, l);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int l = 0; l < 16; ++l) heads_amax[static_cast<size_t>(h)] = std::max(heads_amax[static_cast<size_t>(h)], lanes[static_cast<size_t>(h * 16 + l)]);
+    m = std::max(m, heads_amax[static_cast<size_t>(h)]);
+  }
   return m;
 }
 
@@ -277,8 +286,10 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   rope_forward(a.k.data(), rows.positions.data(), N, Hkv, D, rope_);
   round_activations(a.q.data(), N * Hq * D);
   round_activations(a.k.data(), N * Hkv * D);
-  const QkvAmax amax = {amax_rows(a.q.data(), Hq * D, rows.real_rows), amax_rows(a.k.data(), Hkv * D, rows.real_rows),
-                        amax_rows(a.v.data(), Hkv * D, rows.real_rows)};
+  QkvAmax amax;
+  amax.q = amax_rows(a.q.data(), Hq, D, rows.real_rows, amax.q_heads);
+  amax.k = amax_rows(a.k.data(), Hkv, D, rows.real_rows, amax.k_heads);
+  amax.v = amax_rows(a.v.data(), Hkv, D, rows.real_rows, amax.v_heads);
   if (stop_after_qkv) return amax;
   if (rows.context_begin.empty()) {
     attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), rows.shape);
@@ -368,7 +379,11 @@ Transformer::RowLayout Transformer::prefix_layout(const TokenBatch& batch, const
 
 std::vector<Transformer::QkvAmax> Transformer::qkv_amax(const TokenBatch& batch) {
   const RowLayout rows = prefix_layout(batch, batch_layout(batch, "qkv_amax"), nullptr);
-  std::vector<QkvAmax> amax(static_cast<size_t>(config_.n_layers));
+  QkvAmax zero;
+  zero.q_heads.assign(static_cast<size_t>(config_.n_heads), 0.0f);
+  zero.k_heads.assign(static_cast<size_t>(config_.n_kv_heads), 0.0f);
+  zero.v_heads = zero.k_heads;
+  std::vector<QkvAmax> amax(static_cast<size_t>(config_.n_layers), zero);
   if (rows.N == 0) return amax;  // no real token: forward() records zeros too
   embed(calib_acts_.x.data(), rows);
   for (int64_t l = 0; l < config_.n_layers; ++l)

@@ -69,10 +69,13 @@ class Transformer {
     const Linear* linear;
   };
   std::vector<NamedLinear> linears() const;
-  // Absolute maxima of q, k (after q/k-norm and RoPE) and v per layer in the last forward,
-  // over real (non-padding) rows: the KV-cache calibration of fp8-recipe.md section 6.
+  // Absolute maxima of q, k (after q/k-norm and RoPE) and v per layer, and per head of each, in
+  // the last forward, over real (non-padding) rows: the KV-cache calibration of fp8-recipe.md
+  // section 6 (per-head maxima for generation.kv_scale_granularity: head).
   struct QkvAmax {
-    float q = 0, k = 0, v = 0;
+    float q = 0, k = 0, v = 0;                    // over all heads
+    std::vector<float> q_heads, k_heads, v_heads;  // per head: [Hq], [Hkv], [Hkv]
+    bool operator==(const QkvAmax&) const = default;
   };
   const std::vector<QkvAmax>& last_qkv_amax() const { return qkv_amax_; }
   // The calibration forward: what last_qkv_amax() would hold after forward(batch), bit for bit,

@@ -99,6 +99,14 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("generation.kv_calibration_samples_per_prompt", &c.kv_calibration_samples_per_prompt, 0,
         "FP8 KV: responses per prompt of the batch just trained on that recalibrate the Q/K/V scales (0: all)")
       .at_least(0);
+  s.add("generation.kv_scale_granularity", &c.kv_scale_granularity, "layer",
+        "FP8 KV: one Q/K/V scale per layer, or per KV head (q per KV head's group of query heads)")
+      .choices({"layer", "head"});
+  s.add("generation.kv_calibration_next_prompts", &c.kv_calibration_next_prompts, false,
+        "FP8 KV: the recalibration also covers the next step's prompts (with the new weights)");
+  s.add("generation.kv_scale_margin", &c.kv_scale_margin, 1.05,
+        "FP8 KV: scale = margin * amax / 448 (headroom over the calibration's amax)")
+      .range(1.0, 16.0);
   s.add("generation.share_prefix", &c.share_prefix, true, "the samples of a prompt share its prefill");
   s.add("generation.batch_invariant", &c.batch_invariant, true,
         "generator linears give the trainer's bits whatever the batch (false: a lone sequence may decode on a "

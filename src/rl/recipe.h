@@ -89,6 +89,9 @@ struct RunConfig {
   int64_t max_num_seqs = 0;
   bool share_prefix = true;
   int64_t kv_calibration_samples_per_prompt = 0;  // generation.kv_calibration_samples_per_prompt
+  std::string kv_scale_granularity;               // generation.kv_scale_granularity: layer | head
+  bool kv_calibration_next_prompts = false;       // generation.kv_calibration_next_prompts
+  double kv_scale_margin = 1.05;                  // generation.kv_scale_margin
 
   // The trainer's precision policy these fields describe.
   PrecisionPolicy trainer_policy() const;

@@ -155,15 +155,23 @@ TEST(GrpoKvCalibration, EqualsTheWholeBatchForwardsItReplaced) {
       model.forward(b, unused.data());
       const std::vector<Transformer::QkvAmax>& a = model.last_qkv_amax();
       if (want.empty()) want = a;
-      for (size_t l = 0; l < want.size(); ++l)
-        want[l] = {std::max(want[l].q, a[l].q), std::max(want[l].k, a[l].k), std::max(want[l].v, a[l].v)};
+      auto max_into = [](std::vector<float>& m, const std::vector<float>& x) {
+        for (size_t h = 0; h < m.size(); ++h) m[h] = std::max(m[h], x[h]);
+      };
+      for (size_t l = 0; l < want.size(); ++l) {
+        want[l].q = std::max(want[l].q, a[l].q), want[l].k = std::max(want[l].k, a[l].k);
+        want[l].v = std::max(want[l].v, a[l].v);
+        max_into(want[l].q_heads, a[l].q_heads), max_into(want[l].k_heads, a[l].k_heads);
+        max_into(want[l].v_heads, a[l].v_heads);
+      }
     }
     for (int64_t max_batch : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{64}}) {
       const std::vector<Transformer::QkvAmax> got = calibrate_qkv_amax(model, seqs, max_batch, pad);
       ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(want[0])), 0)
+      EXPECT_TRUE(got == want)  // per head too
           << precision_name(linear) << " max_batch " << max_batch << ": layer 0 q " << got[0].q << " vs " << want[0].q;
       EXPECT_EQ(kv_scales_from_amax(got).size(), static_cast<size_t>(c.n_layers));
+      EXPECT_EQ(kv_scales_from_amax(got, KvScaleGranularity::kHead)[0].k_heads.size(), static_cast<size_t>(c.n_kv_heads));
     }
   }
 }
