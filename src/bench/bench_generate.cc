@@ -259,17 +259,21 @@ void run_large_case(const BenchOptions& options, double bandwidth, int64_t l3) {
   }
 }
 
-// Capacity: one KV budget for both caches, sized to hold `budget_bf16_sequences` sequences of
-// long_context tokens in BF16 (twice as many in FP8); as many prompts as the FP8 cache holds, each
-// with long_new_tokens new tokens (prompt + response = long_context tokens). BF16 linears.
+// Capacity: one KV budget for both caches, sized to hold the pages of `budget_bf16_sequences`
+// sequences of long_context tokens in BF16 (twice as many in FP8); as many prompts as the FP8
+// cache holds, each with long_new_tokens new tokens (prompt + response = long_context tokens).
+// BF16 linears.
 void run_capacity_case(const GenerateBenchSetup& s, const BenchOptions& options) {
   const ModelConfig& c = s.config;
-  const int64_t bf16_bytes_per_token = 2 * c.n_layers * c.kv_dim() * 2;
-  const int64_t budget = s.budget_bf16_sequences * s.long_context * bf16_bytes_per_token;
+  // A sequence's pages: its prompt's (shared prefix) and its own for the new tokens.
+  const int64_t prompt_tokens = s.long_context - s.long_new_tokens;
+  const int64_t pages = (prompt_tokens + kPageTokens - 1) / kPageTokens + (s.long_new_tokens + kPageTokens - 1) / kPageTokens;
+  const int64_t bf16_page_bytes = 2 * c.n_layers * c.kv_dim() * 2 * kPageTokens;
+  const int64_t budget = s.budget_bf16_sequences * pages * bf16_page_bytes;
   const int64_t sequences = 2 * s.budget_bf16_sequences;
   auto kv_bf16 = engine_from_trainer(c, Precision::kBF16, KvDtype::kBF16, budget);
   auto kv_fp8 = engine_from_trainer(c, Precision::kBF16, KvDtype::kFP8, budget);
-  const auto prompts = random_prompts(sequences, s.long_context - s.long_new_tokens, c.vocab_size, 400);
+  const auto prompts = random_prompts(sequences, prompt_tokens, c.vocab_size, 400);
   // Each run prefills every prompt again (seconds); no warm-up round, fewer rounds.
   const std::vector<RunTimes> t = rounds({[&] { return run_generate(*kv_bf16, prompts, 1, s.long_new_tokens); },
                                           [&] { return run_generate(*kv_fp8, prompts, 1, s.long_new_tokens); }},
@@ -282,7 +286,8 @@ void run_capacity_case(const GenerateBenchSetup& s, const BenchOptions& options)
     r["kv_budget_bytes"] = budget;
     r["kv_capacity_tokens"] = e.kv_cache().capacity_tokens();
     r["sequences"] = sequences;
-    r["context"] = fmt::format("{}..{}", s.long_context - s.long_new_tokens, s.long_context - 1);
+    r["context"] = fmt::format("{}..{}", prompt_tokens, s.long_context - 1);
+    r["kv_pages_per_sequence"] = pages;
     r["sequences_in_flight"] = ti.peak_active;
     r["kv_waited"] = ti.kv_waited;
     r["linears"] = "bf16";
