@@ -225,6 +225,40 @@ TEST(GrpoEndToEnd, SameSeedSameMetricsAndResumeMatchesAnUninterruptedRun) {
   for (const auto& p : {a, b, c}) fs::remove_all(p);
 }
 
+// Per-head KV scales and the next step's prompts in the calibration: the scales reach metrics and
+// the checkpoint ([q, k, v, q_heads, k_heads, v_heads] per layer) and a resumed run equals an
+// uninterrupted one. A KV budget of 8 pages makes rollouts wait (kv_waited) without changing any
+// other metric: nothing is truncated.
+TEST(GrpoEndToEnd, PerHeadScalesResumeAndATinyKvBudgetOnlyMakesRolloutsWait) {
+  const fs::path a = temp_dir("head_a"), c = temp_dir("head_c"), d = temp_dir("head_d");
+  auto run = [&](const fs::path& dir, std::vector<std::string> extra, bool resume, int64_t stop_after) {
+    ConfigSchema s;
+    RunConfig cfg;
+    std::vector<std::string> o = grpo_overrides(dir, 3);
+    o.insert(o.end(), {"generation.kv_scale_granularity=head", "generation.kv_calibration_next_prompts=true"});
+    o.insert(o.end(), extra.begin(), extra.end());
+    run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", o), resume, stop_after);
+  };
+  run(a, {}, false, 0);
+  run(c, {}, false, 2);
+  run(c, {}, true, 0);
+  run(d, {"generation.kv_cache_bytes=16384"}, false, 0);  // tiny: 128 bytes per token, 8 pages
+  const std::vector<nlohmann::json> ma = read_metrics(a, true), md = read_metrics(d, true);
+  EXPECT_EQ(ma, read_metrics(c, true));
+  ASSERT_EQ(ma.size(), 3u);
+  ASSERT_EQ(md.size(), 3u);
+  for (size_t i = 0; i < ma.size(); ++i) {
+    EXPECT_EQ(ma[i]["kv_scales"][0].size(), 6u);
+    EXPECT_EQ(ma[i]["kv_scales"][0][4].size(), 2u);  // tiny: 2 KV heads
+    EXPECT_EQ(ma[i]["kv_waited"].get<int64_t>(), 0);
+    EXPECT_GT(md[i]["kv_waited"].get<int64_t>(), 0);
+    nlohmann::json x = ma[i], y = md[i];
+    x.erase("kv_waited"), y.erase("kv_waited");
+    EXPECT_EQ(x, y) << "step " << i + 1;
+  }
+  for (const auto& p : {a, c, d}) fs::remove_all(p);
+}
+
 TEST(GrpoEndToEnd, BadInputsGiveOneClearErrorAndNoRunDirectory) {
   const fs::path run = temp_dir("bad");
   auto error_of = [&](const std::string& recipe, std::vector<std::string> extra) {
