@@ -14,6 +14,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
 #include "numerics/codec.h"
+#include "numerics/e4m3.h"
 
 namespace fp8rl {
 
@@ -57,6 +58,19 @@ float amax_rows(const float* x, int64_t heads, int64_t D, const std::vector<int3
     m = std::max(m, heads_amax[static_cast<size_t>(h)]);
   }
   return m;
+}
+
+// x [N, heads * D] = e4m3(x / s) * s in place, s = scale[h / heads_per_scale] for head h.
+void round_heads_to_e4m3(float* x, int64_t N, int64_t heads, int64_t D, int64_t heads_per_scale,
+                         const std::vector<float>& scale) {
+  parallel_for_ranges(N, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float s = scale[static_cast<size_t>(h / heads_per_scale)];
+        float* row = x + (r * heads + h) * D;
+        for (int64_t d = 0; d < D; ++d) row[d] = e4m3_to_f32(f32_to_e4m3(row[d] / s)) * s;
+      }
+  });
 }
 
 // Causal attention over the prefix layout of qkv_amax(): row n attends to the rows
@@ -291,6 +305,12 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   amax.k = amax_rows(a.k.data(), Hkv, D, rows.real_rows, amax.k_heads);
   amax.v = amax_rows(a.v.data(), Hkv, D, rows.real_rows, amax.v_heads);
   if (stop_after_qkv) return amax;
+  if (!attention_e4m3_.empty()) {  // the generator's FP8 KV values (straight-through backward)
+    const AttentionE4m3Scales& sc = attention_e4m3_[static_cast<size_t>(l)];
+    if (!sc.q.empty()) round_heads_to_e4m3(a.q.data(), N, Hq, D, Hq / Hkv, sc.q);
+    round_heads_to_e4m3(a.k.data(), N, Hkv, D, 1, sc.k);
+    round_heads_to_e4m3(a.v.data(), N, Hkv, D, 1, sc.v);
+  }
   if (rows.context_begin.empty()) {
     attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), rows.shape);
   } else {
@@ -375,6 +395,22 @@ Transformer::RowLayout Transformer::prefix_layout(const TokenBatch& batch, const
   ensure_layer_acts(calib_acts_, capacity, /*probs_size=*/0);
   ensure(calib_tmp_, capacity * config_.d_model);
   return rows;
+}
+
+void Transformer::set_attention_e4m3_scales(std::vector<AttentionE4m3Scales> scales) {
+  FP8RL_CHECK(scales.empty() || static_cast<int64_t>(scales.size()) == config_.n_layers,
+              "attention E4M3 scales: {} layers, the model has {}", scales.size(), config_.n_layers);
+  const auto hkv = static_cast<size_t>(config_.n_kv_heads);
+  for (size_t l = 0; l < scales.size(); ++l) {
+    const AttentionE4m3Scales& s = scales[l];
+    FP8RL_CHECK((s.q.empty() || s.q.size() == hkv) && s.k.size() == hkv && s.v.size() == hkv,
+                "attention E4M3 scales of layer {}: {} q, {} k, {} v scales, expected {} each (q may be empty)", l,
+                s.q.size(), s.k.size(), s.v.size(), hkv);
+    for (const std::vector<float>* v : {&s.q, &s.k, &s.v})
+      for (float x : *v)
+        FP8RL_CHECK(std::isfinite(x) && x > 0.0f, "attention E4M3 scales of layer {}: {} is not finite and > 0", l, x);
+  }
+  attention_e4m3_ = std::move(scales);
 }
 
 std::vector<Transformer::QkvAmax> Transformer::qkv_amax(const TokenBatch& batch) {

@@ -156,6 +156,12 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   const auto kv_scales_of = [&](const std::vector<Transformer::QkvAmax>& amax) {
     return kv_scales_from_amax(amax, kv_granularity, static_cast<float>(config.kv_scale_margin));
   };
+  // The generator's scales, and with policy.fp8_kv_attention the trainer's attention's too.
+  const auto use_kv_scales = [&](const std::vector<QkvScales>& scales) {
+    generator.set_kv_scales(scales);
+    if (config.fp8_kv_attention)
+      policy.set_attention_e4m3_scales(attention_e4m3_scales(scales, policy.config().n_kv_heads, config.fp8_attention));
+  };
 
   int64_t start_step = 0;
   std::vector<QkvScales> kv_scales;
@@ -228,7 +234,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       std::vector<std::vector<int32_t>> calib = step_prompts(start_step);
       kv_scales = kv_scales_of(calibrate_qkv_amax(policy, std::move(calib), P, tok.pad()));
     }
-    generator.set_kv_scales(kv_scales);
+    use_kv_scales(kv_scales);
   }
 
   GrpoJobResult result;
@@ -359,7 +365,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       // every layer's, so n_layers * micro sequences per call use less memory than training does.
       const int64_t calib_batch = micro * policy.config().n_layers;
       kv_scales = kv_scales_of(calibrate_qkv_amax(policy, std::move(calib), calib_batch, tok.pad()));
-      generator.set_kv_scales(kv_scales);
+      use_kv_scales(kv_scales);
     }
     const double t_kv = t.seconds();
     // 7. metrics

@@ -28,6 +28,9 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("policy.fp8.pow2_activation_scaling_factors", &c.pow2_activation_scaling_factors, false,
         "power-of-two activation and gradient scales");
   s.add("policy.fp32_lm_head", &c.fp32_lm_head, false, "LM head in FP32 (on every path that computes log-probs)");
+  s.add("policy.fp8_kv_attention", &c.fp8_kv_attention, false,
+        "with an FP8 KV cache, the trainer's attention reads the generator's E4M3 Q/K/V values "
+        "(same scales; straight-through backward)");
 
   s.add("policy.optimizer.lr", &c.adam.lr, 1e-3, "AdamW learning rate").greater_than(0);
   s.add("policy.optimizer.weight_decay", &c.adam.weight_decay, 0.01, "decoupled weight decay (matrices only)").at_least(0);
@@ -157,6 +160,8 @@ void RunConfig::validate_grpo() const {
               "FP8 generation (generation.precision: {}, generation.kv_cache_dtype: {}) needs "
               "loss_fn.use_importance_sampling_correction: true (or loss_fn.allow_fp8_generation_without_is: true)",
               generation_precision, kv_cache_dtype);
+  FP8RL_CHECK(!fp8_kv_attention || kv_cache_dtype == "fp8",
+              "policy.fp8_kv_attention: true needs generation.kv_cache_dtype: fp8 (got {})", kv_cache_dtype);
   validate_grpo_loss_config(loss);
 }
 

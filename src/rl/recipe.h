@@ -43,6 +43,7 @@ struct RunConfig {
   bool pow2_weight_scaling_factors = false;
   bool pow2_activation_scaling_factors = false;
   bool fp32_lm_head = false;                // policy.fp32_lm_head
+  bool fp8_kv_attention = false;            // policy.fp8_kv_attention (with an FP8 KV cache)
 
   // Optimizer and schedule (policy.optimizer.*, policy.scheduler.*).
   AdamWConfig adam;

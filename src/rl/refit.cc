@@ -128,4 +128,19 @@ std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAma
   return scales;
 }
 
+std::vector<Transformer::AttentionE4m3Scales> attention_e4m3_scales(const std::vector<QkvScales>& scales,
+                                                                    int64_t n_kv_heads, bool fp8_attention) {
+  std::vector<Transformer::AttentionE4m3Scales> out;
+  for (const QkvScales& s : scales) {
+    Transformer::AttentionE4m3Scales a;
+    for (int64_t g = 0; g < n_kv_heads; ++g) {
+      if (fp8_attention) a.q.push_back(s.q_of(g));
+      a.k.push_back(s.k_of(g));
+      a.v.push_back(s.v_of(g));
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
 }  // namespace fp8rl

@@ -51,4 +51,10 @@ std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAma
                                            KvScaleGranularity granularity = KvScaleGranularity::kLayer,
                                            float margin = 1.05f);
 
+// The trainer's view of the generator's scales (policy.fp8_kv_attention): per layer, one q (when
+// `fp8_attention`), k and v scale per KV head (the layer's scale for each head with per-layer
+// scales).
+std::vector<Transformer::AttentionE4m3Scales> attention_e4m3_scales(const std::vector<QkvScales>& scales,
+                                                                    int64_t n_kv_heads, bool fp8_attention);
+
 }  // namespace fp8rl
