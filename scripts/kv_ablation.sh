@@ -28,6 +28,8 @@ declare -A variants=(
   [q-bf16]="generation.fp8_attention=false"
   [spp4]="generation.kv_calibration_samples_per_prompt=4"
   [spp2]="generation.kv_calibration_samples_per_prompt=2"
+  [trainer-e4m3]="policy.fp8_kv_attention=true"
+  [trainer-e4m3-head]="policy.fp8_kv_attention=true generation.kv_scale_granularity=head"
   [bf16-kv]="generation.kv_cache_dtype=bf16"
 )
 names=("$@")
@@ -46,7 +48,7 @@ for name in "${names[@]}"; do
     # shellcheck disable=SC2086
     build/fp8rl train recipes/grpo-fp8-e2e-kv.yaml generation.kv_scale_granularity=layer \
       generation.kv_calibration_next_prompts=false generation.kv_scale_margin=1.05 \
-      generation.kv_calibration_samples_per_prompt=0 ${variants[$name]} \
+      generation.kv_calibration_samples_per_prompt=0 policy.fp8_kv_attention=false ${variants[$name]} \
       "grpo.max_num_steps=$steps" grpo.val_period=0 "grpo.seed=$seed" "logger.log_dir=$dir" "${extra[@]}" | tail -1
   done
 done
