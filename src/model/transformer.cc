@@ -61,15 +61,26 @@ float amax_rows(const float* x, int64_t heads, int64_t D, const std::vector<int3
 }
 
 // x [N, heads * D] = e4m3(x / s) * s in place, s = scale[h / heads_per_scale] for head h.
+// (The vector codecs of numerics/codec.h give the scalar codec's bits.)
 void round_heads_to_e4m3(float* x, int64_t N, int64_t heads, int64_t D, int64_t heads_per_scale,
                          const std::vector<float>& scale) {
+  const int64_t W = heads * D;
   parallel_for_ranges(N, 64, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
+    std::vector<float> y(static_cast<size_t>(W));
+    std::vector<uint8_t> codes(static_cast<size_t>(W));
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = x + r * W;
       for (int64_t h = 0; h < heads; ++h) {
-        const float s = scale[static_cast<size_t>(h / heads_per_scale)];
-        float* row = x + (r * heads + h) * D;
-        for (int64_t d = 0; d < D; ++d) row[d] = e4m3_to_f32(f32_to_e4m3(row[d] / s)) * s;
+        const float sc = scale[static_cast<size_t>(h / heads_per_scale)];
+        for (int64_t d = h * D; d < (h + 1) * D; ++d) y[static_cast<size_t>(d)] = row[d] / sc;
       }
+      e4m3_encode_f32(y.data(), codes.data(), W);
+      e4m3_decode_f32(codes.data(), y.data(), W);
+      for (int64_t h = 0; h < heads; ++h) {
+        const float sc = scale[static_cast<size_t>(h / heads_per_scale)];
+        for (int64_t d = h * D; d < (h + 1) * D; ++d) row[d] = y[static_cast<size_t>(d)] * sc;
+      }
+    }
   });
 }
 
