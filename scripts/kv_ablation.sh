@@ -30,6 +30,8 @@ declare -A variants=(
   [spp2]="generation.kv_calibration_samples_per_prompt=2"
   [trainer-e4m3]="policy.fp8_kv_attention=true"
   [trainer-e4m3-head]="policy.fp8_kv_attention=true generation.kv_scale_granularity=head"
+  [trainer-e4m3-spp2]="policy.fp8_kv_attention=true generation.kv_calibration_samples_per_prompt=2"
+  [trainer-e4m3-spp1]="policy.fp8_kv_attention=true generation.kv_calibration_samples_per_prompt=1"
   [bf16-kv]="generation.kv_cache_dtype=bf16"
 )
 names=("$@")
