@@ -15,14 +15,14 @@ shift $(( $# > 2 ? 2 : $# ))
 declare -A variants=(
   [layer]=""
   [head]="generation.kv_scale_granularity=head"
-  [next-prompts]="generation.kv_calibration_next_prompts=true"
+  [next-prompts]="generation.kv_calibration_data=batch_and_next_prompts"
   [margin1]="generation.kv_scale_margin=1"
   [margin1.5]="generation.kv_scale_margin=1.5"
   [margin2]="generation.kv_scale_margin=2"
   [margin4]="generation.kv_scale_margin=4"
-  [head-next]="generation.kv_scale_granularity=head generation.kv_calibration_next_prompts=true"
-  [head-next-margin2]="generation.kv_scale_granularity=head generation.kv_calibration_next_prompts=true generation.kv_scale_margin=2"
-  [next-margin2]="generation.kv_calibration_next_prompts=true generation.kv_scale_margin=2"
+  [head-next]="generation.kv_scale_granularity=head generation.kv_calibration_data=batch_and_next_prompts"
+  [head-next-margin2]="generation.kv_scale_granularity=head generation.kv_calibration_data=batch_and_next_prompts generation.kv_scale_margin=2"
+  [next-margin2]="generation.kv_calibration_data=batch_and_next_prompts generation.kv_scale_margin=2"
   [head-margin2]="generation.kv_scale_granularity=head generation.kv_scale_margin=2"
   [q-bf16-head-margin2]="generation.fp8_attention=false generation.kv_scale_granularity=head generation.kv_scale_margin=2"
   [q-bf16]="generation.fp8_attention=false"
@@ -32,6 +32,8 @@ declare -A variants=(
   [trainer-e4m3-head]="policy.fp8_kv_attention=true generation.kv_scale_granularity=head"
   [trainer-e4m3-spp2]="policy.fp8_kv_attention=true generation.kv_calibration_samples_per_prompt=2"
   [trainer-e4m3-spp1]="policy.fp8_kv_attention=true generation.kv_calibration_samples_per_prompt=1"
+  [trainer-e4m3-next-only]="policy.fp8_kv_attention=true generation.kv_calibration_data=next_prompts"
+  [trainer-e4m3-next-only-margin2]="policy.fp8_kv_attention=true generation.kv_calibration_data=next_prompts generation.kv_scale_margin=2"
   [bf16-kv]="generation.kv_cache_dtype=bf16"
 )
 names=("$@")
@@ -49,7 +51,7 @@ for name in "${names[@]}"; do
     # The recipe's keys, then the variant's overrides.
     # shellcheck disable=SC2086
     build/fp8rl train recipes/grpo-fp8-e2e-kv.yaml generation.kv_scale_granularity=layer \
-      generation.kv_calibration_next_prompts=false generation.kv_scale_margin=1.05 \
+      generation.kv_calibration_data=batch generation.kv_scale_margin=1.05 \
       generation.kv_calibration_samples_per_prompt=0 policy.fp8_kv_attention=false ${variants[$name]} \
       "grpo.max_num_steps=$steps" grpo.val_period=0 "grpo.seed=$seed" "logger.log_dir=$dir" "${extra[@]}" | tail -1
   done

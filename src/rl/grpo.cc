@@ -349,17 +349,21 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       // The batch just trained on (or the first kv_calibration_samples_per_prompt responses of
       // each prompt), prompt + response, with the updated weights: the amax of trainer forwards
       // over all of it, computed once per distinct prefix (calibrate_qkv_amax).
+      // generation.kv_calibration_data adds (or, next_prompts, uses only) the prompts the next
+      // step will generate from, known now (draw_prompts is a function of the step), with the
+      // weights it will use; after the last step, which has no next one, the batch.
+      const bool next_step = step + 1 < config.grpo_max_num_steps;
+      const bool use_batch = config.kv_calibration_data != "next_prompts" || !next_step;
+      const bool use_next = config.kv_calibration_data != "batch" && next_step;
       const int64_t per_prompt = config.kv_calibration_samples_per_prompt > 0 ? config.kv_calibration_samples_per_prompt : G;
       std::vector<std::vector<int32_t>> calib;
-      for (size_t i = 0; i < r.size(); ++i) {
+      for (size_t i = 0; use_batch && i < r.size(); ++i) {
         if (static_cast<int64_t>(i % static_cast<size_t>(G)) >= per_prompt) continue;
         std::vector<int32_t> seq = r[i].prompt;
         seq.insert(seq.end(), r[i].response.begin(), r[i].response.end());
         calib.push_back(std::move(seq));
       }
-      // generation.kv_calibration_next_prompts: the prompts the next step will generate from,
-      // known now (draw_prompts is a function of the step), with the weights it will use.
-      if (config.kv_calibration_next_prompts && step + 1 < config.grpo_max_num_steps)
+      if (use_next)
         for (std::vector<int32_t>& p : step_prompts(step + 1)) calib.push_back(std::move(p));
       // The calibration forward keeps one layer's activations where a training micro-batch keeps
       // every layer's, so n_layers * micro sequences per call use less memory than training does.

@@ -105,8 +105,10 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("generation.kv_scale_granularity", &c.kv_scale_granularity, "layer",
         "FP8 KV: one Q/K/V scale per layer, or per KV head (q per KV head's group of query heads)")
       .choices({"layer", "head"});
-  s.add("generation.kv_calibration_next_prompts", &c.kv_calibration_next_prompts, false,
-        "FP8 KV: the recalibration also covers the next step's prompts (with the new weights)");
+  s.add("generation.kv_calibration_data", &c.kv_calibration_data, "batch",
+        "FP8 KV: what recalibrates the scales after a step: the batch just trained on, that and the "
+        "next step's prompts, or the next step's prompts only (all with the new weights)")
+      .choices({"batch", "batch_and_next_prompts", "next_prompts"});
   s.add("generation.kv_scale_margin", &c.kv_scale_margin, 1.05,
         "FP8 KV: scale = margin * amax / 448 (headroom over the calibration's amax)")
       .range(1.0, 16.0);

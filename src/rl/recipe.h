@@ -91,7 +91,7 @@ struct RunConfig {
   bool share_prefix = true;
   int64_t kv_calibration_samples_per_prompt = 0;  // generation.kv_calibration_samples_per_prompt
   std::string kv_scale_granularity;               // generation.kv_scale_granularity: layer | head
-  bool kv_calibration_next_prompts = false;       // generation.kv_calibration_next_prompts
+  std::string kv_calibration_data;  // generation.kv_calibration_data: batch | batch_and_next_prompts | next_prompts
   double kv_scale_margin = 1.05;                  // generation.kv_scale_margin
 
   // The trainer's precision policy these fields describe.

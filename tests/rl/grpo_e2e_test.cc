@@ -235,7 +235,7 @@ TEST(GrpoEndToEnd, PerHeadScalesResumeAndATinyKvBudgetOnlyMakesRolloutsWait) {
     ConfigSchema s;
     RunConfig cfg;
     std::vector<std::string> o = grpo_overrides(dir, 3);
-    o.insert(o.end(), {"generation.kv_scale_granularity=head", "generation.kv_calibration_next_prompts=true"});
+    o.insert(o.end(), {"generation.kv_scale_granularity=head", "generation.kv_calibration_data=batch_and_next_prompts"});
     o.insert(o.end(), extra.begin(), extra.end());
     run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", o), resume, stop_after);
   };
