@@ -5,6 +5,12 @@
 //   decode_ctx2048_{bf16,fp8}_kv  decode tokens/s of 8 samples of one 2048-token prompt (the GRPO
 //                              shape: G samples share the prompt's pages), BF16 linears, BF16 or
 //                              FP8 KV cache (FP8 attention, the recipe's default);
+//   decode_ctx2048_kv_budget_{bf16,fp8}_kv  capacity: a fixed KV budget (64 MiB: four
+//                              2048-token sequences in BF16, eight in FP8) and eight prompts of
+//                              2032 tokens with 16 new tokens each, BF16 linears; as many
+//                              sequences run together as fit (the others wait for pages), so
+//                              FP8 KV decodes all eight in one pass of the weights per step where
+//                              BF16 KV decodes two waves of four;
 //   prefill_{bf16,fp8}_weights prefill tokens/s of 8 prompts of 256 tokens;
 //   torch_decode               the PyTorch eager baseline (same model, BF16 weights, KV-cached
 //                              greedy loop) at 8 sequences, run as a subprocess
@@ -45,6 +51,7 @@ struct GenerateBenchSetup {
   int64_t prompt_tokens = 32, new_tokens = 64;
   std::vector<int64_t> sequences = {1, 8, 64};
   int64_t long_context = 2048, long_samples = 8, long_new_tokens = 16;
+  int64_t budget_bf16_sequences = 4;  // the capacity case's KV budget, in long_context-token BF16 sequences
   int64_t prefill_prompts = 8, prefill_tokens = 256;
   int64_t peer_sequences = 8;
   bool large = true;        // run the `large` preset case
@@ -56,6 +63,7 @@ GenerateBenchSetup generate_bench_setup(bool quick) {
   if (quick) {
     s.prompt_tokens = 8, s.new_tokens = 8, s.sequences = {1, 8};
     s.long_context = 64, s.long_samples = 2, s.long_new_tokens = 4;
+    s.budget_bf16_sequences = 2;
     s.prefill_prompts = 2, s.prefill_tokens = 16;
     s.large = false;
   }
@@ -129,6 +137,7 @@ std::unique_ptr<GenerationEngine> engine_from_trainer(const ModelConfig& config,
 struct RunTimes {
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0;
+  int64_t peak_active = 0, kv_waited = 0;
 };
 
 RunTimes run_generate(GenerationEngine& engine, const std::vector<std::vector<int32_t>>& prompts, int64_t samples,
@@ -139,7 +148,7 @@ RunTimes run_generate(GenerationEngine& engine, const std::vector<std::vector<in
   go.eos = -1;                     // never generated: every sequence runs to max_new_tokens
   engine.generate(prompts, samples, go);
   const GenerationStats& s = engine.last_stats();
-  return {s.prefill_seconds, s.decode_seconds, s.prefill_tokens, s.decode_tokens};
+  return {s.prefill_seconds, s.decode_seconds, s.prefill_tokens, s.decode_tokens, s.peak_active, s.kv_waited};
 }
 
 // Runs every function once (warm-up, unless `warm_up` is false), then `repeats` rounds of all of
@@ -247,6 +256,50 @@ void run_large_case(const BenchOptions& options, double bandwidth, int64_t l3) {
                                             [&] { return run_generate(*fp8, prompts, 1, new_tokens); }},
                                            std::min(options.repeats, 3));
     emit_large_records(c, t, invariant, bandwidth, l3, options);
+  }
+}
+
+// Capacity: one KV budget for both caches, sized to hold the pages of `budget_bf16_sequences`
+// sequences of long_context tokens in BF16 (twice as many in FP8); as many prompts as the FP8
+// cache holds, each with long_new_tokens new tokens (prompt + response = long_context tokens).
+// BF16 linears.
+void run_capacity_case(const GenerateBenchSetup& s, const BenchOptions& options) {
+  const ModelConfig& c = s.config;
+  // A sequence's pages: its prompt's (shared prefix) and its own for the new tokens.
+  const int64_t prompt_tokens = s.long_context - s.long_new_tokens;
+  const int64_t pages = (prompt_tokens + kPageTokens - 1) / kPageTokens + (s.long_new_tokens + kPageTokens - 1) / kPageTokens;
+  const int64_t bf16_page_bytes = 2 * c.n_layers * c.kv_dim() * 2 * kPageTokens;
+  const int64_t budget = s.budget_bf16_sequences * pages * bf16_page_bytes;
+  const int64_t sequences = 2 * s.budget_bf16_sequences;
+  auto kv_bf16 = engine_from_trainer(c, Precision::kBF16, KvDtype::kBF16, budget);
+  auto kv_fp8 = engine_from_trainer(c, Precision::kBF16, KvDtype::kFP8, budget);
+  const auto prompts = random_prompts(sequences, prompt_tokens, c.vocab_size, 400);
+  // Each run prefills every prompt again (seconds); no warm-up round, fewer rounds.
+  const std::vector<RunTimes> t = rounds({[&] { return run_generate(*kv_bf16, prompts, 1, s.long_new_tokens); },
+                                          [&] { return run_generate(*kv_fp8, prompts, 1, s.long_new_tokens); }},
+                                         std::min(options.repeats, 3), /*warm_up=*/false);
+  for (int i = 0; i < 2; ++i) {
+    const RunTimes& ti = t[static_cast<size_t>(i)];
+    const GenerationEngine& e = i == 0 ? *kv_bf16 : *kv_fp8;
+    nlohmann::ordered_json r =
+        record(fmt::format("decode_ctx{}_kv_budget_{}_kv", s.long_context, i == 0 ? "bf16" : "fp8"), c);
+    r["kv_budget_bytes"] = budget;
+    r["kv_capacity_tokens"] = e.kv_cache().capacity_tokens();
+    r["sequences"] = sequences;
+    r["context"] = fmt::format("{}..{}", prompt_tokens, s.long_context - 1);
+    r["kv_pages_per_sequence"] = pages;
+    r["sequences_in_flight"] = ti.peak_active;
+    r["kv_waited"] = ti.kv_waited;
+    r["linears"] = "bf16";
+    r["kv_cache"] = i == 0 ? "bf16" : "fp8 (fp8 attention)";
+    r["seconds"] = ti.decode_seconds;  // decoding all the sequences (prefill not counted)
+    r["tokens_per_s"] = decode_rate(ti);
+    r["prefill_tokens_per_s"] = prefill_rate(ti);
+    if (i == 1) {
+      r["speedup_vs_bf16_kv"] = decode_rate(t[1]) / decode_rate(t[0]);
+      r["target_speedup"] = 1.5;
+    }
+    emit(r, options);
   }
 }
 
@@ -371,6 +424,8 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
       emit(r, options);
     }
   }
+
+  run_capacity_case(s, options);
 
   if (s.large) {
     run_large_case(options, bandwidth, l3);

@@ -36,6 +36,8 @@ void copy_floats(AlignedBuffer<float>& dst, const float* src, int64_t n) {
 
 void round_bf16(float* x, int64_t n) { bf16_round_f32(x, n); }
 
+const QkvScales kUnitScales{1.0f, 1.0f, 1.0f};  // a BF16 KV cache's: codes are values
+
 }  // namespace
 
 GenerationEngine::GenerationEngine(const ModelConfig& config, const PrecisionPolicy& policy, const EngineOptions& options)
@@ -62,7 +64,7 @@ GenerationEngine::GenerationEngine(const ModelConfig& config, const PrecisionPol
   lm_head_.K = C;
   rope_ = rope_table(config_.head_dim, config_.max_seq_len, config_.rope_theta,
                      config_.rope_llama3_scaling ? &config_.rope_scaling : nullptr);
-  kv_ = KvCache(config_.n_layers, config_.kv_dim(), options_.kv_dtype, options_.kv_cache_bytes);
+  kv_ = KvCache(config_.n_layers, config_.n_kv_heads, config_.head_dim, options_.kv_dtype, options_.kv_cache_bytes);
 }
 
 Precision GenerationEngine::linear_precision(int64_t layer, int64_t index) const {
@@ -250,7 +252,8 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
                 v.data() + r * KD);
     });
     // Attention reads the K/V pages in place, widening (BF16) or decoding (FP8) rows in registers.
-    const QkvScales sc = fp8_kv ? kv_.scales(l) : QkvScales{1.0f, 1.0f, 1.0f};
+    // The layer's scales, or its KV heads' (QkvScales::q_of, k_of, v_of).
+    const QkvScales& sc = fp8_kv ? kv_.scales(l) : kUnitScales;
     const KvElement element = fp8_kv ? KvElement::kE4M3 : KvElement::kBF16;
     // One task per row (all its heads): disjoint outputs, the same arithmetic on any thread.
     kernel_thread_pool().parallel_for(R, [&](int64_t r) {
@@ -266,15 +269,16 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
         if (len > from_prefix) kv_.append_runs(*row.own, l, len - from_prefix, g * D, runs);
         const float* qg = q.data() + r * QD + g * group * D;  // the group's query heads, D apart
         float score_scale = softmax_scale;
+        const float q_scale = sc.q_of(g), k_scale = sc.k_of(g);
         if (fp8_attention) {
-          for (int64_t d = 0; d < group * D; ++d) qq[static_cast<size_t>(d)] = e4m3_to_f32(f32_to_e4m3(qg[d] / sc.q));
+          for (int64_t d = 0; d < group * D; ++d) qq[static_cast<size_t>(d)] = e4m3_to_f32(f32_to_e4m3(qg[d] / q_scale));
           qg = qq.data();
-          score_scale = sc.q * sc.k * softmax_scale;
+          score_scale = q_scale * k_scale * softmax_scale;
         } else if (fp8_kv) {
-          score_scale = sc.k * softmax_scale;
+          score_scale = k_scale * softmax_scale;
         }
         attention_group_kv(att.data() + r * QD + g * group * D, D, probs.data(), len, qg, D, group, runs.data(),
-                           static_cast<int>(runs.size()), len, D, KD, element, score_scale, fp8_kv ? sc.v : 1.0f,
+                           static_cast<int>(runs.size()), len, D, KD, element, score_scale, fp8_kv ? sc.v_of(g) : 1.0f,
                            policy_.attention == Precision::kBF16);
       }
       round_bf16(att.data() + r * QD, QD);
@@ -344,6 +348,7 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
   std::vector<Prefix> prefixes(static_cast<size_t>(P));
   for (Prefix& pre : prefixes) pre.unfinished = G;
   std::deque<std::pair<int64_t, int64_t>> pending;
+  std::vector<uint8_t> waited(static_cast<size_t>(P * G), 0);  // waited for KV pages at least once
   for (int64_t p = 0; p < P; ++p)
     for (int64_t g = 0; g < G; ++g) pending.emplace_back(p, g);
   std::vector<GeneratedSequence> results(static_cast<size_t>(P * G));
@@ -383,6 +388,14 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
         FP8RL_CHECK(!active.empty() || !prefill.empty(),
                     "generate: the KV cache ({} tokens) cannot hold one sequence of {} prompt + {} new tokens",
                     kv_.capacity_tokens(), plen(p), opt.max_new_tokens);
+        // It waits, whole, until running sequences finish and free their pages, and so do the
+        // samples queued behind it that a decode slot was free for; each is counted once.
+        const size_t free_slots = static_cast<size_t>(options_.max_num_seqs) - active.size();
+        for (size_t i = 0; i < std::min(pending.size(), free_slots); ++i) {
+          uint8_t& w = waited[static_cast<size_t>(pending[i].first * G + pending[i].second)];
+          stats_.kv_waited += w == 0;
+          w = 1;
+        }
         break;
       }
       if (new_prefix) {

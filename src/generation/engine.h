@@ -9,7 +9,13 @@
 // cache, the log-prob of every sampled token equals the trainer's recomputed one bit for bit.
 // With an FP8 KV cache, K and V are stored as e4m3(x / scale); with FP8 attention, Q is also
 // quantized (e4m3(q / q_scale)) and score = dot(q_codes, k_codes) * q_scale * k_scale / sqrt(D);
-// the output is (sum_j p_j v_codes_j) * v_scale. Dot products and sums are FP32.
+// the output is (sum_j p_j v_codes_j) * v_scale. Dot products and sums are FP32. The scales are
+// the layer's, or with per-head scales those of the KV head (its GQA group of query heads share
+// its q_scale).
+//
+// Admission: a sample starts only when pages for its whole prompt + max_new_tokens are free;
+// otherwise it waits for running samples to finish (GenerationStats::kv_waited counts it). A
+// sequence is never cut short for lack of KV memory; one that cannot fit even alone is an error.
 //
 // Uses the architecture and precision-policy types of model/ (config.h, precision.h), never the
 // trainer itself.
@@ -86,6 +92,9 @@ struct GenerationStats {
   int64_t decode_tokens = 0;
   int64_t decode_steps = 0;
   int64_t peak_active = 0;
+  // Sequences that waited for KV pages: a free decode slot (max_num_seqs) but not enough free
+  // pages for prompt + max_new_tokens, so admitted later, whole, never truncated.
+  int64_t kv_waited = 0;
   double prefill_seconds = 0;  // wall time of the prefill forwards (benchmarks)
   double decode_seconds = 0;   // wall time of the decode forwards and their sampling
 };
@@ -103,7 +112,7 @@ class GenerationEngine {
   // after the first call). With an FP8 KV cache, the scales are invalidated: the caller must
   // set_kv_scales for the new weights before generating.
   void update_weights(const GeneratorWeightSource& source);
-  // Validated (finite, > 0; q too with FP8 attention) per-layer scales.
+  // Validated (finite, > 0; q too with FP8 attention) per-layer scales, per-head where given.
   void set_kv_scales(const std::vector<QkvScales>& scales);
 
   // Generates `samples_per_prompt` responses to every prompt (token ids starting with bos).

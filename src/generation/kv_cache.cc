@@ -19,8 +19,8 @@ KvDtype parse_kv_dtype(const char* name) {
   return KvDtype::kBF16;
 }
 
-KvCache::KvCache(int64_t n_layers, int64_t kv_dim, KvDtype dtype, int64_t budget_bytes)
-    : n_layers_(n_layers), kv_dim_(kv_dim), dtype_(dtype) {
+KvCache::KvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDtype dtype, int64_t budget_bytes)
+    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), kv_dim_(n_kv_heads * head_dim), dtype_(dtype) {
   const int64_t page_bytes = bytes_per_token() * kPageTokens;
   num_pages_ = budget_bytes / page_bytes;
   FP8RL_CHECK(num_pages_ >= 1, "KV cache budget of {} bytes holds no page of {} tokens ({} bytes per page)",
@@ -35,8 +35,10 @@ KvCache::KvCache(int64_t n_layers, int64_t kv_dim, KvDtype dtype, int64_t budget
 }
 
 int64_t KvCache::storage_bytes() const {
-  return num_pages_ * kPageTokens * bytes_per_token() +
-         (dtype_ == KvDtype::kFP8 ? n_layers_ * static_cast<int64_t>(sizeof(QkvScales)) : 0);
+  int64_t scale_floats = 0;  // 3 per layer, plus 3 per KV head with per-head scales
+  if (dtype_ == KvDtype::kFP8)
+    for (const QkvScales& s : scales_) scale_floats += 3 + static_cast<int64_t>(s.q_heads.size() + s.k_heads.size() + s.v_heads.size());
+  return num_pages_ * kPageTokens * bytes_per_token() + scale_floats * static_cast<int64_t>(sizeof(float));
 }
 
 bool KvCache::reserve(KvBlockList& seq, int64_t tokens) {
@@ -92,20 +94,32 @@ void KvCache::write(const KvBlockList& seq, int64_t layer, int64_t pos, const fl
   }
   FP8RL_CHECK(scales_set_, "FP8 KV cache written before its scales were set for this step (refit must set them)");
   const QkvScales& s = scales_[static_cast<size_t>(layer)];
-  for (int64_t i = 0; i < kv_dim_; ++i) {
-    kd[i] = f32_to_e4m3(k[i] / s.k);
-    vd[i] = f32_to_e4m3(v[i] / s.v);
+  for (int64_t h = 0; h < n_kv_heads_; ++h) {
+    const float ks = s.k_of(h), vs = s.v_of(h);
+    for (int64_t i = h * head_dim_; i < (h + 1) * head_dim_; ++i) {
+      kd[i] = f32_to_e4m3(k[i] / ks);
+      vd[i] = f32_to_e4m3(v[i] / vs);
+    }
   }
 }
 
 void KvCache::set_scales(const std::vector<QkvScales>& scales, bool need_q) {
   FP8RL_CHECK(static_cast<int64_t>(scales.size()) == n_layers_, "KV scales: got {} layers, the model has {}",
               scales.size(), n_layers_);
+  auto ok = [](float x) { return std::isfinite(x) && x > 0.0f; };
   for (size_t l = 0; l < scales.size(); ++l) {
     const QkvScales& s = scales[l];
-    auto ok = [](float x) { return std::isfinite(x) && x > 0.0f; };
     FP8RL_CHECK(ok(s.k) && ok(s.v) && (!need_q || ok(s.q)),
                 "KV scales of layer {} must be finite and > 0: q_scale {}, k_scale {}, v_scale {}", l, s.q, s.k, s.v);
+    if (s.q_heads.empty() && s.k_heads.empty() && s.v_heads.empty()) continue;
+    const auto n = static_cast<size_t>(n_kv_heads_);
+    FP8RL_CHECK(s.k_heads.size() == n && s.v_heads.size() == n && (s.q_heads.size() == n || (!need_q && s.q_heads.empty())),
+                "per-head KV scales of layer {}: {} q, {} k, {} v scales, expected one per KV head ({})", l,
+                s.q_heads.size(), s.k_heads.size(), s.v_heads.size(), n_kv_heads_);
+    for (size_t h = 0; h < n; ++h)
+      FP8RL_CHECK(ok(s.k_heads[h]) && ok(s.v_heads[h]) && (!need_q || ok(s.q_heads[h])),
+                  "KV scales of layer {}, KV head {} must be finite and > 0: q_scale {}, k_scale {}, v_scale {}", l, h,
+                  s.q_heads.empty() ? 0.0f : s.q_heads[h], s.k_heads[h], s.v_heads[h]);
   }
   scales_ = scales;
   scales_set_ = true;

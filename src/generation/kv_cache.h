@@ -1,5 +1,6 @@
 // The generator's paged KV cache: K and V of every layer for every cached token, in BF16 or in
-// FP8 E4M3 with one FP32 scale per layer for K and one for V (fp8-recipe.md section 6).
+// FP8 E4M3 with FP32 scales for K and for V, one per layer (fp8-recipe.md section 6) or one per
+// KV head of each layer (generation.kv_scale_granularity: head).
 //
 // Storage: per layer, a K pool and a V pool of `num_pages` pages of `kPageTokens` tokens, each
 // token a row of kv_dim = Hkv * D elements (2 bytes in BF16, 1 byte in FP8):
@@ -8,8 +9,12 @@
 // pages (shared prefix) and append their own tokens to pages of their own. Pages return to the
 // free list when a sequence finishes, so memory is reused while other sequences run.
 //
-// FP8 entries are e4m3(k / k_scale) and e4m3(v / v_scale); the scales are set by the refit step
-// after every training step and must be finite and positive (set_scales refuses anything else).
+// FP8 entries are e4m3(k / k_scale) and e4m3(v / v_scale), with the scales of the entry's layer
+// (or of its KV head); the scales are set by the refit step after every training step and must be
+// finite and positive (set_scales refuses anything else).
+//
+// Admission: reserve() never hands out part of what is asked; a sequence whose pages are not free
+// waits (GenerationEngine counts it) and is never truncated.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +32,18 @@ KvDtype parse_kv_dtype(const char* name);  // "bf16" | "fp8"
 
 inline constexpr int64_t kPageTokens = 16;
 
-// Per-layer scales of the Q/K/V quantization (FP8 KV cache and FP8 attention).
+// One layer's scales of the Q/K/V quantization (FP8 KV cache and FP8 attention).
 struct QkvScales {
-  float q = 0.0f, k = 0.0f, v = 0.0f;  // 0: not set
+  float q = 0.0f, k = 0.0f, v = 0.0f;  // the layer's scales (0: not set)
+  // Per-head scales, empty with per-layer scales: k_heads, v_heads [Hkv]; q_heads [Hkv] too, one
+  // per KV head's GQA group of query heads (the group's scores share its K codes and one scale).
+  // With them set, q, k and v are their maxima (what the layer's scales would be).
+  std::vector<float> q_heads, k_heads, v_heads;
+
+  bool per_head() const { return !k_heads.empty(); }
+  float q_of(int64_t kv_head) const { return q_heads.empty() ? q : q_heads[static_cast<size_t>(kv_head)]; }
+  float k_of(int64_t kv_head) const { return k_heads.empty() ? k : k_heads[static_cast<size_t>(kv_head)]; }
+  float v_of(int64_t kv_head) const { return v_heads.empty() ? v : v_heads[static_cast<size_t>(kv_head)]; }
 };
 
 // The pages of one sequence, in position order.
@@ -41,8 +55,9 @@ struct KvBlockList {
 class KvCache {
  public:
   KvCache() = default;
-  // A cache of `budget_bytes` of K/V storage (at least one page).
-  KvCache(int64_t n_layers, int64_t kv_dim, KvDtype dtype, int64_t budget_bytes);
+  // A cache of `budget_bytes` of K/V storage (at least one page); a token's row per layer is
+  // n_kv_heads * head_dim elements.
+  KvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDtype dtype, int64_t budget_bytes);
 
   KvDtype dtype() const { return dtype_; }
   int64_t element_bytes() const { return dtype_ == KvDtype::kFP8 ? 1 : 2; }
@@ -69,7 +84,8 @@ class KvCache {
   void append_runs(const KvBlockList& seq, int64_t layer, int64_t tokens, int64_t offset,
                    std::vector<AttentionRows>& runs) const;
 
-  // Validated: every k and v scale finite and > 0 (and q when `need_q`), one entry per layer.
+  // Validated: every k and v scale finite and > 0 (and q when `need_q`), one entry per layer;
+  // per-head scales, where given, one per KV head for each of q, k, v.
   void set_scales(const std::vector<QkvScales>& scales, bool need_q);
   bool scales_set() const { return scales_set_; }
   void invalidate_scales() { scales_set_ = false; }
@@ -77,7 +93,7 @@ class KvCache {
 
  private:
   uint8_t* row(std::vector<AlignedBuffer<uint8_t>>& pool, const KvBlockList& seq, int64_t layer, int64_t pos);
-  int64_t n_layers_ = 0, kv_dim_ = 0, num_pages_ = 0;
+  int64_t n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0, kv_dim_ = 0, num_pages_ = 0;
   KvDtype dtype_ = KvDtype::kBF16;
   std::vector<AlignedBuffer<uint8_t>> k_pool_, v_pool_;  // [layer] -> [num_pages][kPageTokens][kv_dim]
   std::vector<int32_t> free_;

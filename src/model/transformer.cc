@@ -14,6 +14,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
 #include "numerics/codec.h"
+#include "numerics/e4m3.h"
 
 namespace fp8rl {
 
@@ -31,23 +32,56 @@ void add_into(float* out, const float* a, const float* b, int64_t n, bool round)
     if (round) bf16_round_f32(out + i0, i1 - i0);
   });
 }
-// Largest |x| over the first `rows` rows of a [*, width] buffer that have a real token.
-// (16 running maxima the compiler can vectorise; max is exact, so the order does not matter.)
-float amax_rows(const float* x, int64_t width, const std::vector<int32_t>& real_rows) {
-  float lanes[16] = {};
+// Largest |x| per head over the rows of a [*, heads * D] buffer that have a real token, into
+// heads_amax [heads]; returns their maximum. (16 running maxima per head the compiler can
+// vectorise; max is exact, so the order does not matter.)
+float amax_rows(const float* x, int64_t heads, int64_t D, const std::vector<int32_t>& real_rows,
+                std::vector<float>& heads_amax) {
+  std::vector<float> lanes(static_cast<size_t>(heads * 16), 0.0f);
   for (int32_t r : real_rows) {
-    const float* row = x + r * width;
-    int64_t i = 0;
-    for (; i + 16 <= width; i += 16)
-      for (int l = 0; l < 16; ++l) {
-        const float a = std::fabs(row[i + l]);
-        lanes[l] = a > lanes[l] ? a : lanes[l];
-      }
-    for (; i < width; ++i) lanes[0] = std::max(lanes[0], std::fabs(row[i]));
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* row = x + (r * heads + h) * D;
+      float* hl = lanes.data() + h * 16;
+      int64_t i = 0;
+      for (; i + 16 <= D; i += 16)
+        for (int l = 0; l < 16; ++l) {
+          const float a = std::fabs(row[i + l]);
+          hl[l] = a > hl[l] ? a : hl[l];
+        }
+      for (; i < D; ++i) hl[0] = std::max(hl[0], std::fabs(row[i]));
+    }
   }
+  heads_amax.assign(static_cast<size_t>(heads), 0.0f);
   float m = 0.0f;
-  for (float l : lanes) m = std::max(m, l);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int l = 0; l < 16; ++l) heads_amax[static_cast<size_t>(h)] = std::max(heads_amax[static_cast<size_t>(h)], lanes[static_cast<size_t>(h * 16 + l)]);
+    m = std::max(m, heads_amax[static_cast<size_t>(h)]);
+  }
   return m;
+}
+
+// x [N, heads * D] = e4m3(x / s) * s in place, s = scale[h / heads_per_scale] for head h.
+// (The vector codecs of numerics/codec.h give the scalar codec's bits.)
+void round_heads_to_e4m3(float* x, int64_t N, int64_t heads, int64_t D, int64_t heads_per_scale,
+                         const std::vector<float>& scale) {
+  const int64_t W = heads * D;
+  parallel_for_ranges(N, 64, [&](int64_t r0, int64_t r1) {
+    std::vector<float> y(static_cast<size_t>(W));
+    std::vector<uint8_t> codes(static_cast<size_t>(W));
+    for (int64_t r = r0; r < r1; ++r) {
+      float* row = x + r * W;
+      for (int64_t h = 0; h < heads; ++h) {
+        const float sc = scale[static_cast<size_t>(h / heads_per_scale)];
+        for (int64_t d = h * D; d < (h + 1) * D; ++d) y[static_cast<size_t>(d)] = row[d] / sc;
+      }
+      e4m3_encode_f32(y.data(), codes.data(), W);
+      e4m3_decode_f32(codes.data(), y.data(), W);
+      for (int64_t h = 0; h < heads; ++h) {
+        const float sc = scale[static_cast<size_t>(h / heads_per_scale)];
+        for (int64_t d = h * D; d < (h + 1) * D; ++d) row[d] = y[static_cast<size_t>(d)] * sc;
+      }
+    }
+  });
 }
 
 // Causal attention over the prefix layout of qkv_amax(): row n attends to the rows
@@ -285,9 +319,17 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   rope_forward(a.k.data(), rows.positions.data(), N, Hkv, D, rope_);
   round_activations(a.q.data(), N * Hq * D);
   round_activations(a.k.data(), N * Hkv * D);
-  const QkvAmax amax = {amax_rows(a.q.data(), Hq * D, rows.real_rows), amax_rows(a.k.data(), Hkv * D, rows.real_rows),
-                        amax_rows(a.v.data(), Hkv * D, rows.real_rows)};
+  QkvAmax amax;
+  amax.q = amax_rows(a.q.data(), Hq, D, rows.real_rows, amax.q_heads);
+  amax.k = amax_rows(a.k.data(), Hkv, D, rows.real_rows, amax.k_heads);
+  amax.v = amax_rows(a.v.data(), Hkv, D, rows.real_rows, amax.v_heads);
   if (stop_after_qkv) return amax;
+  if (!attention_e4m3_.empty()) {  // the generator's FP8 KV values (straight-through backward)
+    const AttentionE4m3Scales& sc = attention_e4m3_[static_cast<size_t>(l)];
+    if (!sc.q.empty()) round_heads_to_e4m3(a.q.data(), N, Hq, D, Hq / Hkv, sc.q);
+    round_heads_to_e4m3(a.k.data(), N, Hkv, D, 1, sc.k);
+    round_heads_to_e4m3(a.v.data(), N, Hkv, D, 1, sc.v);
+  }
   if (rows.context_begin.empty()) {
     attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), rows.shape, bf16_attention);
   } else {
@@ -374,9 +416,29 @@ Transformer::RowLayout Transformer::prefix_layout(const TokenBatch& batch, const
   return rows;
 }
 
+void Transformer::set_attention_e4m3_scales(std::vector<AttentionE4m3Scales> scales) {
+  FP8RL_CHECK(scales.empty() || static_cast<int64_t>(scales.size()) == config_.n_layers,
+              "attention E4M3 scales: {} layers, the model has {}", scales.size(), config_.n_layers);
+  const auto hkv = static_cast<size_t>(config_.n_kv_heads);
+  for (size_t l = 0; l < scales.size(); ++l) {
+    const AttentionE4m3Scales& s = scales[l];
+    FP8RL_CHECK((s.q.empty() || s.q.size() == hkv) && s.k.size() == hkv && s.v.size() == hkv,
+                "attention E4M3 scales of layer {}: {} q, {} k, {} v scales, expected {} each (q may be empty)", l,
+                s.q.size(), s.k.size(), s.v.size(), hkv);
+    for (const std::vector<float>* v : {&s.q, &s.k, &s.v})
+      for (float x : *v)
+        FP8RL_CHECK(std::isfinite(x) && x > 0.0f, "attention E4M3 scales of layer {}: {} is not finite and > 0", l, x);
+  }
+  attention_e4m3_ = std::move(scales);
+}
+
 std::vector<Transformer::QkvAmax> Transformer::qkv_amax(const TokenBatch& batch) {
   const RowLayout rows = prefix_layout(batch, batch_layout(batch, "qkv_amax"), nullptr);
-  std::vector<QkvAmax> amax(static_cast<size_t>(config_.n_layers));
+  QkvAmax zero;
+  zero.q_heads.assign(static_cast<size_t>(config_.n_heads), 0.0f);
+  zero.k_heads.assign(static_cast<size_t>(config_.n_kv_heads), 0.0f);
+  zero.v_heads = zero.k_heads;
+  std::vector<QkvAmax> amax(static_cast<size_t>(config_.n_layers), zero);
   if (rows.N == 0) return amax;  // no real token: forward() records zeros too
   embed(calib_acts_.x.data(), rows);
   for (int64_t l = 0; l < config_.n_layers; ++l)

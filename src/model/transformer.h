@@ -73,10 +73,13 @@ class Transformer {
   // Linear::install_fp8_weights on the linear whose weight is `name` (an FP8 layer); throws for
   // any other name.
   void install_fp8_weights(std::string_view name, const QuantizedMatrix& w);
-  // Absolute maxima of q, k (after q/k-norm and RoPE) and v per layer in the last forward,
-  // over real (non-padding) rows: the KV-cache calibration of fp8-recipe.md section 6.
+  // Absolute maxima of q, k (after q/k-norm and RoPE) and v per layer, and per head of each, in
+  // the last forward, over real (non-padding) rows: the KV-cache calibration of fp8-recipe.md
+  // section 6 (per-head maxima for generation.kv_scale_granularity: head).
   struct QkvAmax {
-    float q = 0, k = 0, v = 0;
+    float q = 0, k = 0, v = 0;                    // over all heads
+    std::vector<float> q_heads, k_heads, v_heads;  // per head: [Hq], [Hkv], [Hkv]
+    bool operator==(const QkvAmax&) const = default;
   };
   const std::vector<QkvAmax>& last_qkv_amax() const { return qkv_amax_; }
   // The calibration forward: what last_qkv_amax() would hold after forward(batch), bit for bit,
@@ -88,6 +91,15 @@ class Transformer {
   // no attention probabilities). Leaves the last forward's activations, last_qkv_amax() and
   // backward() as they were.
   std::vector<QkvAmax> qkv_amax(const TokenBatch& batch);
+  // Attention over the generator's FP8 KV values (policy.fp8_kv_attention): with scales set, every
+  // forward rounds each layer's q (when `q` is given), k and v, after the amax is recorded, to
+  // e4m3(x / scale) * scale with the scale of the row's KV head (q: of its KV head's group), the
+  // values the generator's FP8 KV cache and FP8 attention compute with; the backward passes the
+  // gradient straight through the rounding. Per layer, [Hkv] scales each; empty: off.
+  struct AttentionE4m3Scales {
+    std::vector<float> q, k, v;
+  };
+  void set_attention_e4m3_scales(std::vector<AttentionE4m3Scales> scales);
   // The log-probs of forward(batch, logprobs, false), bit for bit, through the prefix layout of
   // qkv_amax(): each distinct prefix is computed once (the G samples of a prompt share its rows)
   // and padding costs nothing. For forwards that only want log-probs (the reference policy's);
@@ -176,6 +188,7 @@ class Transformer {
   BackwardScratch backward_scratch_;
   LinearCache c_lm_head_;
   std::vector<QkvAmax> qkv_amax_;
+  std::vector<AttentionE4m3Scales> attention_e4m3_;  // [n_layers] or empty
   // Scratch of qkv_amax(): one layer's activations (reused by every layer) and the projections.
   LayerActs calib_acts_;
   AlignedBuffer<float> calib_tmp_;  // [N, C]

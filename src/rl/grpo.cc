@@ -71,14 +71,27 @@ void response_logprobs(Transformer& model, std::vector<Rollout>& r, size_t begin
   }
 }
 
+// Per layer [q, k, v], followed by [q_heads], [k_heads], [v_heads] with per-head scales.
 nlohmann::json scales_to_json(const std::vector<QkvScales>& s) {
   nlohmann::json j = nlohmann::json::array();
-  for (const QkvScales& x : s) j.push_back({x.q, x.k, x.v});
+  for (const QkvScales& x : s) {
+    nlohmann::json layer = {x.q, x.k, x.v};
+    if (x.per_head()) layer.insert(layer.end(), {x.q_heads, x.k_heads, x.v_heads});
+    j.push_back(std::move(layer));
+  }
   return j;
 }
 std::vector<QkvScales> scales_from_json(const nlohmann::json& j) {
   std::vector<QkvScales> s;
-  for (const auto& x : j) s.push_back({x[0].get<float>(), x[1].get<float>(), x[2].get<float>()});
+  for (const auto& x : j) {
+    QkvScales l{x[0].get<float>(), x[1].get<float>(), x[2].get<float>()};
+    if (x.size() == 6) {
+      l.q_heads = x[3].get<std::vector<float>>();
+      l.k_heads = x[4].get<std::vector<float>>();
+      l.v_heads = x[5].get<std::vector<float>>();
+    }
+    s.push_back(std::move(l));
+  }
   return s;
 }
 
@@ -126,6 +139,16 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   if (schedule.total_steps == 0) schedule.total_steps = config.grpo_max_num_steps * (rollouts / global);
   GenerationEngine generator(policy.config(), config.generator_policy(), config.engine_options());
   const bool fp8_kv = generator.kv_cache().dtype() == KvDtype::kFP8;
+  const KvScaleGranularity kv_granularity = parse_kv_scale_granularity(config.kv_scale_granularity);
+  const auto kv_scales_of = [&](const std::vector<Transformer::QkvAmax>& amax) {
+    return kv_scales_from_amax(amax, kv_granularity, static_cast<float>(config.kv_scale_margin));
+  };
+  // The generator's scales, and with policy.fp8_kv_attention the trainer's attention's too.
+  const auto use_kv_scales = [&](const std::vector<QkvScales>& scales) {
+    generator.set_kv_scales(scales);
+    if (config.fp8_kv_attention)
+      policy.set_attention_e4m3_scales(attention_e4m3_scales(scales, policy.config().n_kv_heads, config.fp8_attention));
+  };
 
   int64_t start_step = 0;
   std::vector<QkvScales> kv_scales;
@@ -175,16 +198,20 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
                                         static_cast<uint64_t>(step * P + i)) % train.size()]);
     return picks;
   };
+  auto step_prompts = [&](int64_t step) {  // the framed prompt ids of each pick
+    std::vector<std::vector<int32_t>> prompts;
+    for (const Example* e : draw_prompts(step)) prompts.push_back(tok.encode_prompt(e->prompt));
+    return prompts;
+  };
 
   refit_generator_weights(policy, generator);
   if (fp8_kv) {
     if (kv_scales.empty()) {
       // Before the first step: calibrate on the first step's prompts.
-      std::vector<std::vector<int32_t>> calib;
-      for (const Example* e : draw_prompts(start_step)) calib.push_back(tok.encode_prompt(e->prompt));
-      kv_scales = kv_scales_from_amax(calibrate_qkv_amax(policy, std::move(calib), P, tok.pad()));
+      std::vector<std::vector<int32_t>> calib = step_prompts(start_step);
+      kv_scales = kv_scales_of(calibrate_qkv_amax(policy, std::move(calib), P, tok.pad()));
     }
-    generator.set_kv_scales(kv_scales);
+    use_kv_scales(kv_scales);
   }
 
   GrpoJobResult result;
@@ -199,16 +226,17 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   ProgressLine progress("grpo", start_step, config.grpo_max_num_steps, stdout_is_terminal());
   std::string last_validation;  // the progress line's "val acc X @STEP"
   double sum_mult_err = 0, sum_time[6] = {};
-  int64_t skipped_total = 0;
+  int64_t skipped_total = 0, kv_waited_total = 0;
   for (int64_t step = start_step; step < config.grpo_max_num_steps; ++step) {
     Timer step_timer, t;
     // 1. generation
     const std::vector<const Example*> picks = draw_prompts(step);
-    std::vector<std::vector<int32_t>> prompts;
-    for (const Example* e : picks) prompts.push_back(tok.encode_prompt(e->prompt));
+    const std::vector<std::vector<int32_t>> prompts = step_prompts(step);
     gen_opts.first_sequence_index = static_cast<uint64_t>(step * rollouts);
     const std::vector<GeneratedSequence> seqs = generator.generate(prompts, G, gen_opts);
     const double t_generation = t.seconds();
+    const int64_t kv_waited = generator.last_stats().kv_waited;
+    kv_waited_total += kv_waited;
     // 2. rewards and 3. advantages
     std::vector<Rollout> r(static_cast<size_t>(rollouts));
     std::vector<float> rewards(r.size());
@@ -298,19 +326,27 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       // The batch just trained on (or the first kv_calibration_samples_per_prompt responses of
       // each prompt), prompt + response, with the updated weights: the amax of trainer forwards
       // over all of it, computed once per distinct prefix (calibrate_qkv_amax).
+      // generation.kv_calibration_data adds (or, next_prompts, uses only) the prompts the next
+      // step will generate from, known now (draw_prompts is a function of the step), with the
+      // weights it will use; after the last step, which has no next one, the batch.
+      const bool next_step = step + 1 < config.grpo_max_num_steps;
+      const bool use_batch = config.kv_calibration_data != "next_prompts" || !next_step;
+      const bool use_next = config.kv_calibration_data != "batch" && next_step;
       const int64_t per_prompt = config.kv_calibration_samples_per_prompt > 0 ? config.kv_calibration_samples_per_prompt : G;
       std::vector<std::vector<int32_t>> calib;
-      for (size_t i = 0; i < r.size(); ++i) {
+      for (size_t i = 0; use_batch && i < r.size(); ++i) {
         if (static_cast<int64_t>(i % static_cast<size_t>(G)) >= per_prompt) continue;
         std::vector<int32_t> seq = r[i].prompt;
         seq.insert(seq.end(), r[i].response.begin(), r[i].response.end());
         calib.push_back(std::move(seq));
       }
+      if (use_next)
+        for (std::vector<int32_t>& p : step_prompts(step + 1)) calib.push_back(std::move(p));
       // The calibration forward keeps one layer's activations where a training micro-batch keeps
       // every layer's, so n_layers * micro sequences per call use less memory than training does.
       const int64_t calib_batch = micro * policy.config().n_layers;
-      kv_scales = kv_scales_from_amax(calibrate_qkv_amax(policy, std::move(calib), calib_batch, tok.pad()));
-      generator.set_kv_scales(kv_scales);
+      kv_scales = kv_scales_of(calibrate_qkv_amax(policy, std::move(calib), calib_batch, tok.pad()));
+      use_kv_scales(kv_scales);
     }
     const double t_kv = t.seconds();
     // 7. metrics
@@ -330,6 +366,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     line["grad_norm"] = std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json(nullptr);
     line["lr"] = lr;
     line["skipped_optimizer_steps"] = skipped;
+    line["kv_waited"] = kv_waited;  // rollouts that waited for KV pages (admitted later, whole)
     if (fp8_kv) line["kv_scales"] = scales_to_json(kv_scales);
     const bool last = step + 1 == config.grpo_max_num_steps;
     if ((config.grpo_val_period > 0 && (step + 1) % config.grpo_val_period == 0) || last) {
@@ -386,9 +423,9 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     const double n = static_cast<double>(result.steps);
     fmt::print("grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}; mean step "
                "{:.2f}s = generation {:.2f} + logprobs {:.2f} + training {:.2f} + refit {:.3f} + kv_calibration {:.3f}; "
-               "{} skipped optimizer steps\n",
+               "{} skipped optimizer steps; {} rollouts waited for KV cache pages\n",
                result.val_accuracy_before, result.val_accuracy_after, sum_mult_err / n, sum_time[5] / n, sum_time[0] / n,
-               sum_time[1] / n, sum_time[2] / n, sum_time[3] / n, sum_time[4] / n, skipped_total);
+               sum_time[1] / n, sum_time[2] / n, sum_time[3] / n, sum_time[4] / n, skipped_total, kv_waited_total);
   }
   return result;
 }

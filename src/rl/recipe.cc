@@ -38,6 +38,9 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "attention products (Q K^T, P V and their gradients) in both engines: fp32, or bf16 operands with FP32 "
         "accumulation (P and dS rounded to BF16)")
       .choices({"fp32", "bf16"});
+  s.add("policy.fp8_kv_attention", &c.fp8_kv_attention, false,
+        "with an FP8 KV cache, the trainer's attention reads the generator's E4M3 Q/K/V values "
+        "(same scales; straight-through backward)");
 
   s.add("policy.optimizer.lr", &c.adam.lr, 1e-3, "AdamW learning rate").greater_than(0);
   s.add("policy.optimizer.weight_decay", &c.adam.weight_decay, 0.01, "decoupled weight decay (matrices only)").at_least(0);
@@ -117,6 +120,16 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("generation.kv_calibration_samples_per_prompt", &c.kv_calibration_samples_per_prompt, 0,
         "FP8 KV: responses per prompt of the batch just trained on that recalibrate the Q/K/V scales (0: all)")
       .at_least(0);
+  s.add("generation.kv_scale_granularity", &c.kv_scale_granularity, "layer",
+        "FP8 KV: one Q/K/V scale per layer, or per KV head (q per KV head's group of query heads)")
+      .choices({"layer", "head"});
+  s.add("generation.kv_calibration_data", &c.kv_calibration_data, "batch",
+        "FP8 KV: what recalibrates the scales after a step: the batch just trained on, that and the "
+        "next step's prompts, or the next step's prompts only (all with the new weights)")
+      .choices({"batch", "batch_and_next_prompts", "next_prompts"});
+  s.add("generation.kv_scale_margin", &c.kv_scale_margin, 1.05,
+        "FP8 KV: scale = margin * amax / 448 (headroom over the calibration's amax)")
+      .range(1.0, 16.0);
   s.add("generation.share_prefix", &c.share_prefix, true, "the samples of a prompt share its prefill");
   s.add("generation.batch_invariant", &c.batch_invariant, true,
         "generator linears give the trainer's bits whatever the batch (false: a lone sequence may decode on a "
@@ -168,6 +181,8 @@ void RunConfig::validate_grpo() const {
               "FP8 generation (generation.precision: {}, generation.kv_cache_dtype: {}) needs "
               "loss_fn.use_importance_sampling_correction: true (or loss_fn.allow_fp8_generation_without_is: true)",
               generation_precision, kv_cache_dtype);
+  FP8RL_CHECK(!fp8_kv_attention || kv_cache_dtype == "fp8",
+              "policy.fp8_kv_attention: true needs generation.kv_cache_dtype: fp8 (got {})", kv_cache_dtype);
   validate_grpo_loss_config(loss);
 }
 

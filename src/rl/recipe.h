@@ -46,6 +46,7 @@ struct RunConfig {
   bool pow2_activation_scaling_factors = false;
   bool fp32_lm_head = false;                // policy.fp32_lm_head
   std::string attention_precision;          // policy.attention_precision: fp32 | bf16
+  bool fp8_kv_attention = false;            // policy.fp8_kv_attention (with an FP8 KV cache)
 
   // Optimizer and schedule (policy.optimizer.*, policy.scheduler.*).
   AdamWConfig adam;
@@ -94,6 +95,9 @@ struct RunConfig {
   int64_t max_num_seqs = 0;
   bool share_prefix = true;
   int64_t kv_calibration_samples_per_prompt = 0;  // generation.kv_calibration_samples_per_prompt
+  std::string kv_scale_granularity;               // generation.kv_scale_granularity: layer | head
+  std::string kv_calibration_data;  // generation.kv_calibration_data: batch | batch_and_next_prompts | next_prompts
+  double kv_scale_margin = 1.05;                  // generation.kv_scale_margin
 
   // The trainer's precision policy these fields describe.
   PrecisionPolicy trainer_policy() const;

@@ -72,25 +72,75 @@ std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::
     }
     const std::vector<Transformer::QkvAmax> a = trainer.qkv_amax(batch);
     for (size_t l = 0; l < amax.size(); ++l) {
-      amax[l].q = std::max(amax[l].q, a[l].q);
-      amax[l].k = std::max(amax[l].k, a[l].k);
-      amax[l].v = std::max(amax[l].v, a[l].v);
+      auto merge = [](float& m, std::vector<float>& heads, float am, const std::vector<float>& a_heads) {
+        m = std::max(m, am);
+        heads.resize(a_heads.size(), 0.0f);
+        for (size_t h = 0; h < a_heads.size(); ++h) heads[h] = std::max(heads[h], a_heads[h]);
+      };
+      merge(amax[l].q, amax[l].q_heads, a[l].q, a[l].q_heads);
+      merge(amax[l].k, amax[l].k_heads, a[l].k, a[l].k_heads);
+      merge(amax[l].v, amax[l].v_heads, a[l].v, a[l].v_heads);
     }
   }
   return amax;
 }
 
-std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAmax>& amax) {
+const char* kv_scale_granularity_name(KvScaleGranularity g) { return g == KvScaleGranularity::kHead ? "head" : "layer"; }
+
+KvScaleGranularity parse_kv_scale_granularity(const std::string& name) {
+  if (name == "layer") return KvScaleGranularity::kLayer;
+  if (name == "head") return KvScaleGranularity::kHead;
+  FP8RL_CHECK(false, "generation.kv_scale_granularity: '{}' (expected layer or head)", name);
+  return KvScaleGranularity::kLayer;
+}
+
+std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAmax>& amax,
+                                           KvScaleGranularity granularity, float margin) {
+  auto ok = [](float x) { return std::isfinite(x) && x > 0.0f; };
+  FP8RL_CHECK(ok(margin) && margin >= 1.0f, "KV scale margin {} must be finite and >= 1", margin);
+  auto scale = [margin](float a) { return margin * a / 448.0f; };
   std::vector<QkvScales> scales;
   for (size_t l = 0; l < amax.size(); ++l) {
     const Transformer::QkvAmax& a = amax[l];
-    auto ok = [](float x) { return std::isfinite(x) && x > 0.0f; };
     FP8RL_CHECK(ok(a.q) && ok(a.k) && ok(a.v),
                 "KV calibration of layer {}: amax q {}, k {}, v {} must be finite and > 0 (empty calibration batch?)", l,
                 a.q, a.k, a.v);
-    scales.push_back({1.05f * a.q / 448.0f, 1.05f * a.k / 448.0f, 1.05f * a.v / 448.0f});
+    QkvScales s{scale(a.q), scale(a.k), scale(a.v)};
+    if (granularity == KvScaleGranularity::kHead) {
+      const size_t hkv = a.k_heads.size(), hq = a.q_heads.size();
+      FP8RL_CHECK(hkv > 0 && a.v_heads.size() == hkv && hq % hkv == 0,
+                  "KV calibration of layer {}: per-head amax of {} q, {} k, {} v heads (kv_scale_granularity: head "
+                  "needs one per head, q heads a multiple of kv heads)", l, hq, hkv, a.v_heads.size());
+      const size_t group = hq / hkv;
+      for (size_t h = 0; h < hkv; ++h) {
+        float qa = 0.0f;
+        for (size_t i = h * group; i < (h + 1) * group; ++i) qa = std::max(qa, a.q_heads[i]);
+        FP8RL_CHECK(ok(qa) && ok(a.k_heads[h]) && ok(a.v_heads[h]),
+                    "KV calibration of layer {}, KV head {}: amax q {}, k {}, v {} must be finite and > 0 (a head "
+                    "that is zero on the whole calibration batch?)", l, h, qa, a.k_heads[h], a.v_heads[h]);
+        s.q_heads.push_back(scale(qa));
+        s.k_heads.push_back(scale(a.k_heads[h]));
+        s.v_heads.push_back(scale(a.v_heads[h]));
+      }
+    }
+    scales.push_back(std::move(s));
   }
   return scales;
+}
+
+std::vector<Transformer::AttentionE4m3Scales> attention_e4m3_scales(const std::vector<QkvScales>& scales,
+                                                                    int64_t n_kv_heads, bool fp8_attention) {
+  std::vector<Transformer::AttentionE4m3Scales> out;
+  for (const QkvScales& s : scales) {
+    Transformer::AttentionE4m3Scales a;
+    for (int64_t g = 0; g < n_kv_heads; ++g) {
+      if (fp8_attention) a.q.push_back(s.q_of(g));
+      a.k.push_back(s.k_of(g));
+      a.v.push_back(s.v_of(g));
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
 }
 
 }  // namespace fp8rl

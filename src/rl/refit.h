@@ -5,11 +5,13 @@
 //     when the trainer runs the layer in FP8 (one quantization, two consumers), its BF16 copy
 //     when it runs in BF16 — plus the FP32 masters for everything else; the generator repacks
 //     them into its layout in place.
-//  2. KV scales (FP8 KV cache only): scale = 1.05 * amax / 448 per layer for each of Q, K, V,
-//     from the amax the trainer recorded (after q/k-norm and RoPE) in a forward with the new
-//     weights; validated (finite, positive) before the generator may run.
+//  2. KV scales (FP8 KV cache only): scale = 1.05 * amax / 448 per layer (or per KV head) for
+//     each of Q, K, V, from the amax the trainer recorded (after q/k-norm and RoPE) in a forward
+//     with the new weights; validated (finite, positive) before the generator may run.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "generation/engine.h"
@@ -32,8 +34,27 @@ void refit_generator_weights(const Transformer& trainer, GenerationEngine& gener
 std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::vector<std::vector<int32_t>> sequences,
                                                      int64_t max_batch, int32_t pad);
 
-// 1.05 * amax / 448 per layer from the amax of the trainer's last forward. Throws if an amax is
-// zero or not finite (the calibration batch was empty or the model diverged).
-std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAmax>& amax);
+// How many Q/K/V scales the FP8 KV cache gets (generation.kv_scale_granularity).
+enum class KvScaleGranularity : uint8_t {
+  kLayer,  // one q, k, v scale per layer (fp8-recipe.md section 6)
+  kHead,   // one k and v scale per KV head; q per KV head's GQA group of query heads
+};
+const char* kv_scale_granularity_name(KvScaleGranularity g);
+KvScaleGranularity parse_kv_scale_granularity(const std::string& name);  // "layer" | "head"
+
+// 1.05 * amax / 448 per layer (and per head with KvScaleGranularity::kHead: k and v from each KV
+// head's amax, q from the largest amax of the query heads of its group) from the amax of the
+// trainer's calibration forward. Throws if an amax is zero or not finite (the calibration batch
+// was empty or the model diverged).
+// `margin` (generation.kv_scale_margin) replaces the recipe's 1.05 where given.
+std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAmax>& amax,
+                                           KvScaleGranularity granularity = KvScaleGranularity::kLayer,
+                                           float margin = 1.05f);
+
+// The trainer's view of the generator's scales (policy.fp8_kv_attention): per layer, one q (when
+// `fp8_attention`), k and v scale per KV head (the layer's scale for each head with per-layer
+// scales).
+std::vector<Transformer::AttentionE4m3Scales> attention_e4m3_scales(const std::vector<QkvScales>& scales,
+                                                                    int64_t n_kv_heads, bool fp8_attention);
 
 }  // namespace fp8rl

@@ -155,15 +155,23 @@ TEST(GrpoKvCalibration, EqualsTheWholeBatchForwardsItReplaced) {
       model.forward(b, unused.data());
       const std::vector<Transformer::QkvAmax>& a = model.last_qkv_amax();
       if (want.empty()) want = a;
-      for (size_t l = 0; l < want.size(); ++l)
-        want[l] = {std::max(want[l].q, a[l].q), std::max(want[l].k, a[l].k), std::max(want[l].v, a[l].v)};
+      auto max_into = [](std::vector<float>& m, const std::vector<float>& x) {
+        for (size_t h = 0; h < m.size(); ++h) m[h] = std::max(m[h], x[h]);
+      };
+      for (size_t l = 0; l < want.size(); ++l) {
+        want[l].q = std::max(want[l].q, a[l].q), want[l].k = std::max(want[l].k, a[l].k);
+        want[l].v = std::max(want[l].v, a[l].v);
+        max_into(want[l].q_heads, a[l].q_heads), max_into(want[l].k_heads, a[l].k_heads);
+        max_into(want[l].v_heads, a[l].v_heads);
+      }
     }
     for (int64_t max_batch : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{64}}) {
       const std::vector<Transformer::QkvAmax> got = calibrate_qkv_amax(model, seqs, max_batch, pad);
       ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(want[0])), 0)
+      EXPECT_TRUE(got == want)  // per head too
           << precision_name(linear) << " max_batch " << max_batch << ": layer 0 q " << got[0].q << " vs " << want[0].q;
       EXPECT_EQ(kv_scales_from_amax(got).size(), static_cast<size_t>(c.n_layers));
+      EXPECT_EQ(kv_scales_from_amax(got, KvScaleGranularity::kHead)[0].k_heads.size(), static_cast<size_t>(c.n_kv_heads));
     }
   }
 }
@@ -215,6 +223,40 @@ TEST(GrpoEndToEnd, SameSeedSameMetricsAndResumeMatchesAnUninterruptedRun) {
   }
   EXPECT_EQ(read_metrics(a, true), read_metrics(c, true));
   for (const auto& p : {a, b, c}) fs::remove_all(p);
+}
+
+// Per-head KV scales and the next step's prompts in the calibration: the scales reach metrics and
+// the checkpoint ([q, k, v, q_heads, k_heads, v_heads] per layer) and a resumed run equals an
+// uninterrupted one. A KV budget of 8 pages makes rollouts wait (kv_waited) without changing any
+// other metric: nothing is truncated.
+TEST(GrpoEndToEnd, PerHeadScalesResumeAndATinyKvBudgetOnlyMakesRolloutsWait) {
+  const fs::path a = temp_dir("head_a"), c = temp_dir("head_c"), d = temp_dir("head_d");
+  auto run = [&](const fs::path& dir, std::vector<std::string> extra, bool resume, int64_t stop_after) {
+    ConfigSchema s;
+    RunConfig cfg;
+    std::vector<std::string> o = grpo_overrides(dir, 3);
+    o.insert(o.end(), {"generation.kv_scale_granularity=head", "generation.kv_calibration_data=batch_and_next_prompts"});
+    o.insert(o.end(), extra.begin(), extra.end());
+    run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", o), resume, stop_after);
+  };
+  run(a, {}, false, 0);
+  run(c, {}, false, 2);
+  run(c, {}, true, 0);
+  run(d, {"generation.kv_cache_bytes=16384"}, false, 0);  // tiny: 128 bytes per token, 8 pages
+  const std::vector<nlohmann::json> ma = read_metrics(a, true), md = read_metrics(d, true);
+  EXPECT_EQ(ma, read_metrics(c, true));
+  ASSERT_EQ(ma.size(), 3u);
+  ASSERT_EQ(md.size(), 3u);
+  for (size_t i = 0; i < ma.size(); ++i) {
+    EXPECT_EQ(ma[i]["kv_scales"][0].size(), 6u);
+    EXPECT_EQ(ma[i]["kv_scales"][0][4].size(), 2u);  // tiny: 2 KV heads
+    EXPECT_EQ(ma[i]["kv_waited"].get<int64_t>(), 0);
+    EXPECT_GT(md[i]["kv_waited"].get<int64_t>(), 0);
+    nlohmann::json x = ma[i], y = md[i];
+    x.erase("kv_waited"), y.erase("kv_waited");
+    EXPECT_EQ(x, y) << "step " << i + 1;
+  }
+  for (const auto& p : {a, c, d}) fs::remove_all(p);
 }
 
 TEST(GrpoEndToEnd, BadInputsGiveOneClearErrorAndNoRunDirectory) {
