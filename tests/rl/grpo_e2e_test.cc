@@ -280,6 +280,10 @@ TEST(GrpoEndToEnd, BadInputsGiveOneClearErrorAndNoRunDirectory) {
   EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"grpo.max_num_step=3"}), ::testing::HasSubstr("did you mean 'grpo.max_num_steps'"));
   EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"policy.train_global_batch_size=48"}),
               ::testing::HasSubstr("must divide grpo.num_prompts_per_step"));
+  EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"policy.fp8_kv_attention=true"}),
+              ::testing::HasSubstr("policy.fp8_kv_attention: true needs generation.kv_cache_dtype: fp8"));
+  EXPECT_THAT(error_of("grpo-fp8-e2e-kv.yaml", {"generation.kv_scale_granularity=channel"}),
+              ::testing::HasSubstr("expects one of 'layer', 'head'"));
   const fs::path dataset = temp_dir("bad.jsonl");
   std::ofstream(dataset) << "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\nnot json\n";
   EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"task.name=jsonl", "task.jsonl.train_path=" + dataset.string(),
