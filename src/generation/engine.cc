@@ -36,7 +36,7 @@ void copy_floats(AlignedBuffer<float>& dst, const float* src, int64_t n) {
 
 void round_bf16(float* x, int64_t n) { bf16_round_f32(x, n); }
 
-const QkvScales kUnitScales{1.0f, 1.0f, 1.0f};  // a BF16 KV cache's: codes are values
+const QkvScales kUnitScales{1.0f, 1.0f, 1.0f, {}, {}, {}};  // a BF16 KV cache's: codes are values
 
 }  // namespace
 

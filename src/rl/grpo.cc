@@ -84,7 +84,7 @@ nlohmann::json scales_to_json(const std::vector<QkvScales>& s) {
 std::vector<QkvScales> scales_from_json(const nlohmann::json& j) {
   std::vector<QkvScales> s;
   for (const auto& x : j) {
-    QkvScales l{x[0].get<float>(), x[1].get<float>(), x[2].get<float>()};
+    QkvScales l{x[0].get<float>(), x[1].get<float>(), x[2].get<float>(), {}, {}, {}};
     if (x.size() == 6) {
       l.q_heads = x[3].get<std::vector<float>>();
       l.k_heads = x[4].get<std::vector<float>>();

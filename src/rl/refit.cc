@@ -105,7 +105,7 @@ std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAma
     FP8RL_CHECK(ok(a.q) && ok(a.k) && ok(a.v),
                 "KV calibration of layer {}: amax q {}, k {}, v {} must be finite and > 0 (empty calibration batch?)", l,
                 a.q, a.k, a.v);
-    QkvScales s{scale(a.q), scale(a.k), scale(a.v)};
+    QkvScales s{scale(a.q), scale(a.k), scale(a.v), {}, {}, {}};
     if (granularity == KvScaleGranularity::kHead) {
       const size_t hkv = a.k_heads.size(), hq = a.q_heads.size();
       FP8RL_CHECK(hkv > 0 && a.v_heads.size() == hkv && hq % hkv == 0,

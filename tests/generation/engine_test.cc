@@ -302,7 +302,7 @@ TEST(Generation, WeightUpdateLeavesNoStaleStateAndScalesAreValidated) {
   EngineOptions eo;
   eo.kv_dtype = KvDtype::kFP8;
   GenerationEngine updated(c, t1.policy(), eo), fresh(c, t2.policy(), eo);
-  std::vector<QkvScales> scales(2, QkvScales{0.05f, 0.05f, 0.05f});
+  std::vector<QkvScales> scales(2, QkvScales{0.05f, 0.05f, 0.05f, {}, {}, {}});
   const auto prompts = make_prompts(3, 4);
   refit_generator_weights(t1, updated);
   updated.set_kv_scales(scales);
