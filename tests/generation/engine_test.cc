@@ -13,49 +13,25 @@
 #include "model/transformer.h"
 #include "rl/evaluate.h"
 #include "rl/refit.h"
+#include "tests/generation/engine_fixtures.h"
 
 namespace fp8rl {
 namespace {
 
-constexpr int32_t kPad = 0, kBos = 1, kEos = 2;
+using testing::kBos;
+using testing::kEos;
+using testing::kPad;
 
-ModelConfig test_config(bool qk_norm) {
-  ModelConfig c;
-  c.preset = "test";
-  c.vocab_size = 40, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32;
-  c.d_ff = 256, c.max_seq_len = 48, c.qk_norm = qk_norm;
-  return c;
-}
-
-PrecisionPolicy policy_for(Precision linear, Precision attention = Precision::kF32) {
-  PrecisionPolicy p;
-  p.linear = linear;
-  p.attention = attention;
-  return p;
-}
-
-// A trainer with sharpened random weights, so that distributions are far from uniform.
+ModelConfig test_config(bool qk_norm) { return testing::engine_test_config(qk_norm); }
 Transformer make_trainer(const ModelConfig& c, Precision linear, uint64_t seed, float sharpen = 8.0f,
                          Precision attention = Precision::kF32) {
-  Transformer t(c, policy_for(linear, attention));
-  t.init_random(seed);
-  for (int64_t i = 0; i < t.num_params(); ++i) t.params()[i] *= sharpen;
-  for (const ParamInfo& p : t.layout().tensors())
-    if (p.shape.rank == 1) std::fill(t.params() + p.offset, t.params() + p.offset + p.shape.numel(), 1.0f);
-  t.refresh_weights();
-  return t;
+  return testing::make_sharpened_trainer(c, linear, seed, sharpen, attention);
 }
-
-std::vector<std::vector<int32_t>> make_prompts(int n, uint64_t seed) {
-  std::vector<std::vector<int32_t>> prompts;
-  RandomStream rng(seed, 0);
-  for (int i = 0; i < n; ++i) {
-    std::vector<int32_t> p = {kBos};
-    const int len = 2 + static_cast<int>(rng.next_below(6));
-    for (int j = 0; j < len; ++j) p.push_back(3 + static_cast<int32_t>(rng.next_below(37)));
-    prompts.push_back(p);
-  }
-  return prompts;
+std::vector<std::vector<int32_t>> make_prompts(int n, uint64_t seed) { return testing::make_random_prompts(n, seed); }
+PrecisionPolicy policy_for(Precision linear) {
+  PrecisionPolicy p;
+  p.linear = linear;
+  return p;
 }
 
 // The trainer's log-prob of every generated token (prompt + response as one sequence).
