@@ -128,9 +128,11 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   Transformer policy = load_job_model(config);
   const std::unique_ptr<Tokenizer> tokenizer = load_job_tokenizer(config, policy.config());
   const Tokenizer& tok = *tokenizer;
-  for (const auto* split : {&task->train(), &task->validation()})
-    encode_prompts(tok, *split, config.max_new_tokens, policy.config().max_seq_len,
-                   split == &task->train() ? "training" : "validation");
+  // Every prompt framed and encoded once (and checked to fit the model).
+  const std::vector<std::vector<int32_t>> train_ids =
+      encode_prompts(tok, task->train(), config.max_new_tokens, policy.config().max_seq_len, "training");
+  const std::vector<std::vector<int32_t>> val_ids =
+      encode_prompts(tok, task->validation(), config.max_new_tokens, policy.config().max_seq_len, "validation");
   const bool use_reference = config.loss.reference_policy_kl_penalty > 0;
   std::optional<Transformer> reference;
   if (use_reference) reference.emplace(load_job_model(config));
@@ -183,8 +185,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   auto validate = [&] {
     const auto& val = task->validation();
     const int64_t n = std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(val.size()));
-    std::vector<std::vector<int32_t>> prompts;
-    for (int64_t i = 0; i < n; ++i) prompts.push_back(tok.encode_prompt(val[static_cast<size_t>(i)].prompt));
+    const std::vector<std::vector<int32_t>> prompts(val_ids.begin(), val_ids.begin() + n);
     const auto out = generator.generate(prompts, 1, val_opts);
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += task->reward(val[static_cast<size_t>(i)], tok.decode_response(out[static_cast<size_t>(i)].tokens));
@@ -200,7 +201,8 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   };
   auto step_prompts = [&](int64_t step) {  // the framed prompt ids of each pick
     std::vector<std::vector<int32_t>> prompts;
-    for (const Example* e : draw_prompts(step)) prompts.push_back(tok.encode_prompt(e->prompt));
+    for (const Example* e : draw_prompts(step))
+      prompts.push_back(train_ids[static_cast<size_t>(e - task->train().data())]);
     return prompts;
   };
 

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include "core/check.h"
 
 namespace fp8rl {
@@ -14,6 +17,27 @@ const char* chat_format_name(ChatFormat format) {
   }
   return "?";
 }
+
+namespace {
+
+// The chat families' fixed framings: the text around the prompt, the token that ends a response,
+// and the other special tokens the framing uses (checked to be in the vocabulary).
+struct Framing {
+  ChatFormat format;
+  const char* before;
+  const char* after;
+  const char* eos;
+  const char* needs[3];
+};
+constexpr Framing kFramings[] = {
+    {ChatFormat::kLlama3, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n",
+     "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>",
+     {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"}},
+    {ChatFormat::kQwen3, "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+     "<|im_end|>", {"<|im_start|>", "<think>", "</think>"}},
+};
+
+}  // namespace
 
 ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string_view format) {
   ChatTokenizer t(BpeTokenizer::load(path), ChatFormat::kNone);
@@ -34,26 +58,19 @@ ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string
                 path.string(), chat_format_name(f), token);
     return i;
   };
-  switch (f) {
-    case ChatFormat::kLlama3:
-      t.before_prompt_ = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n";
-      t.after_prompt_ = "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
-      t.eos_ = id("<|eot_id|>");
-      for (const char* token : {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"}) id(token);
-      break;
-    case ChatFormat::kQwen3:
-      t.before_prompt_ = "<|im_start|>user\n";
-      t.after_prompt_ = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
-      t.eos_ = id("<|im_end|>");
-      for (const char* token : {"<|im_start|>", "<think>", "</think>"}) id(token);
-      break;
-    case ChatFormat::kNone:
-      if (has("<|begin_of_text|>")) t.before_prompt_ = "<|begin_of_text|>";
-      for (const char* token : {"<|end_of_text|>", "<|endoftext|>", "</s>"})
-        if (t.eos_ < 0 && has(token)) t.eos_ = id(token);
-      FP8RL_CHECK(t.eos_ >= 0, "tokenizer '{}': no end-of-text token (<|end_of_text|>, <|endoftext|> or </s>)",
-                  path.string());
-      break;
+  if (f == ChatFormat::kNone) {
+    if (has("<|begin_of_text|>")) t.before_prompt_ = "<|begin_of_text|>";
+    for (const char* token : {"<|end_of_text|>", "<|endoftext|>", "</s>"})
+      if (t.eos_ < 0 && has(token)) t.eos_ = id(token);
+    FP8RL_CHECK(t.eos_ >= 0, "tokenizer '{}': no end-of-text token (<|end_of_text|>, <|endoftext|> or </s>)",
+                path.string());
+  } else {
+    const Framing& fr = *std::find_if(std::begin(kFramings), std::end(kFramings),
+                                      [&](const Framing& x) { return x.format == f; });
+    t.before_prompt_ = fr.before;
+    t.after_prompt_ = fr.after;
+    t.eos_ = id(fr.eos);
+    for (const char* token : fr.needs) id(token);
   }
   const int32_t pad = t.bpe_.token_id("<|finetune_right_pad_id|>");
   t.pad_ = pad >= 0 ? pad : t.eos_;

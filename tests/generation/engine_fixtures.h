@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "generation/engine.h"
 #include "model/transformer.h"
 
 namespace fp8rl::testing {
@@ -48,6 +49,15 @@ inline std::vector<std::vector<int32_t>> make_random_prompts(int n, uint64_t see
     prompts.push_back(p);
   }
   return prompts;
+}
+
+// Sampling at temperature 1 (the default) with `seed`, up to `max_new` tokens, stopping at `eos`.
+inline GenerateOptions sampling_options(int64_t max_new, uint64_t seed, int32_t eos = kEos) {
+  GenerateOptions o;
+  o.max_new_tokens = max_new;
+  o.sampling.seed = seed;
+  o.eos = eos;
+  return o;
 }
 
 }  // namespace fp8rl::testing

@@ -21,6 +21,7 @@ namespace {
 using testing::kBos;
 using testing::kEos;
 using testing::kPad;
+using testing::sampling_options;
 
 ModelConfig test_config(bool qk_norm) { return testing::engine_test_config(qk_norm); }
 Transformer make_trainer(const ModelConfig& c, Precision linear, uint64_t seed, float sharpen = 8.0f,
@@ -70,14 +71,6 @@ double token_mult_prob_error(const std::vector<GeneratedSequence>& seqs, const s
       ++n;
     }
   return sum / static_cast<double>(n);
-}
-
-GenerateOptions sampling_options(int64_t max_new, uint64_t seed) {
-  GenerateOptions o;
-  o.max_new_tokens = max_new;
-  o.sampling.seed = seed;
-  o.eos = kEos;
-  return o;
 }
 
 TEST(Generation, GreedyEqualsTheTrainersArgmaxContinuation) {

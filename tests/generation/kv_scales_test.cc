@@ -40,14 +40,6 @@ TokenBatch batch_of(const std::vector<std::vector<int32_t>>& seqs) {
   return b;
 }
 
-GenerateOptions options(int64_t max_new, uint64_t seed, int32_t eos = kEos) {
-  GenerateOptions o;
-  o.max_new_tokens = max_new;
-  o.sampling.seed = seed;
-  o.eos = eos;
-  return o;
-}
-
 // The per-head amax is each head's own: scaling one KV head's rows of W_v by 2 (exact in BF16)
 // doubles that head's v amax and leaves the other's, zeroing one KV head's rows of W_k makes its
 // k amax 0; the layer's amax is the maximum over its heads.
@@ -211,11 +203,11 @@ TEST(KvScales, EngineWithEqualPerHeadScalesGivesTheLayerBits) {
   GenerationEngine e(c, t.policy(), eo);
   refit_generator_weights(t, e);
   e.set_kv_scales(layer);
-  const auto a = e.generate(prompts, 3, options(10, 4));
+  const auto a = e.generate(prompts, 3, testing::sampling_options(10, 4));
   e.set_kv_scales(equal);
-  const auto b = e.generate(prompts, 3, options(10, 4));
+  const auto b = e.generate(prompts, 3, testing::sampling_options(10, 4));
   e.set_kv_scales(kv_scales_from_amax(amax, KvScaleGranularity::kHead));
-  const auto h = e.generate(prompts, 3, options(10, 4));
+  const auto h = e.generate(prompts, 3, testing::sampling_options(10, 4));
   bool any_difference = false;
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].tokens, b[i].tokens) << i;
@@ -241,9 +233,9 @@ TEST(KvAdmission, SequencesThatDoNotFitWaitAndAreCounted) {
   refit_generator_weights(t, e_big);
   refit_generator_weights(t, e_tiny);
   ASSERT_EQ(e_tiny.kv_cache().num_pages(), 6);
-  const auto want = e_big.generate(prompts, G, options(new_tokens, 9, /*eos=*/-1));
+  const auto want = e_big.generate(prompts, G, testing::sampling_options(new_tokens, 9, /*eos=*/-1));
   EXPECT_EQ(e_big.last_stats().kv_waited, 0);
-  const auto got = e_tiny.generate(prompts, G, options(new_tokens, 9, /*eos=*/-1));
+  const auto got = e_tiny.generate(prompts, G, testing::sampling_options(new_tokens, 9, /*eos=*/-1));
   EXPECT_LE(e_tiny.last_stats().peak_active, 2);
   EXPECT_EQ(e_tiny.last_stats().kv_waited, 3 * G - 2);  // all but the first two wait
   ASSERT_EQ(got.size(), want.size());
@@ -258,7 +250,7 @@ TEST(KvAdmission, SequencesThatDoNotFitWaitAndAreCounted) {
   two_pages.kv_cache_bytes = 2 * page_bytes;
   GenerationEngine e_two(c, t.policy(), two_pages);
   refit_generator_weights(t, e_two);
-  EXPECT_THROW(e_two.generate({prompts[0]}, 1, options(40, 1, -1)), Error);
+  EXPECT_THROW(e_two.generate({prompts[0]}, 1, testing::sampling_options(40, 1, -1)), Error);
 }
 
 }  // namespace
