@@ -328,7 +328,7 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
 
   // Decode at 1, 8, 64 sequences, BF16 vs FP8 weights.
   double bf16_at_peer = 0, fp8_at_peer = 0;
-  for (int64_t n : s.sequences) {
+  for (int64_t n : options.wants("decode") || options.wants("peer") ? s.sequences : std::vector<int64_t>{}) {
     const auto prompts = random_prompts(n, s.prompt_tokens, c.vocab_size, 100 + static_cast<uint64_t>(n));
     const std::vector<RunTimes> t = rounds({[&] { return run_generate(*bf16, prompts, 1, s.new_tokens); },
                                             [&] { return run_generate(*fp8, prompts, 1, s.new_tokens); }},
@@ -357,7 +357,7 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
   }
 
   // Prefill.
-  {
+  if (options.wants("prefill")) {
     const auto prompts = random_prompts(s.prefill_prompts, s.prefill_tokens, c.vocab_size, 200);
     const std::vector<RunTimes> t = rounds({[&] { return run_generate(*bf16, prompts, 1, 1); },
                                             [&] { return run_generate(*fp8, prompts, 1, 1); }},
@@ -374,7 +374,8 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
   }
 
   // The PyTorch eager baseline at peer_sequences, same prompt and decode lengths.
-  if (!script.empty()) {
+  if (!options.wants("peer")) {
+  } else if (!script.empty()) {
     const auto lines = run_json_lines(fmt::format(
         "/usr/bin/python3 '{}' {} --threads {} --repeats {} --sequences {} --prompt-tokens {} --new-tokens {}", script,
         torch_model_arguments(c), kernel_threads(), options.repeats, s.peer_sequences, s.prompt_tokens, s.new_tokens));
@@ -400,7 +401,7 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
   fp8.reset();
 
   // Long context: G samples of one long prompt (shared pages), BF16 linears, BF16 vs FP8 KV.
-  {
+  if (options.wants("long")) {
     auto kv_bf16 = engine_from_trainer(c, Precision::kBF16, KvDtype::kBF16, kv_bytes);
     auto kv_fp8 = engine_from_trainer(c, Precision::kBF16, KvDtype::kFP8, kv_bytes);
     const auto prompts = random_prompts(1, s.long_context, c.vocab_size, 300);
@@ -425,9 +426,10 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
     }
   }
 
-  run_capacity_case(s, options);
+  if (options.wants("capacity")) run_capacity_case(s, options);
 
-  if (s.large) {
+  if (!options.wants("large")) {
+  } else if (s.large) {
     run_large_case(options, bandwidth, l3);
   } else {
     emit({{"suite", "generate"}, {"case", "decode_large"}, {"skipped", "--quick"}}, options);

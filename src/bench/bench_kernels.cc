@@ -480,18 +480,22 @@ namespace fp8rl::bench {
 // Register-only vdpbf16ps: 24 independent accumulators (enough to cover the latency on two FMA
 // ports), each instruction 16 lanes x 2 multiply-adds = 64 flops.
 double peak_bf16_dot_gflops(int64_t iterations) {
-  __m512 acc[24];
+  __m512 acc[24];  // every loop over acc fully unrolled, so that it lives in registers
+#pragma GCC unroll 24
   for (int i = 0; i < 24; ++i) acc[i] = _mm512_setzero_ps();
   const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3F803F80);  // (1.0, 1.0)
   const __m512bh y = (__m512bh)_mm512_set1_epi32(0x33803380);  // tiny, so sums stay finite
   Timer t;
   for (int64_t it = 0; it < iterations; ++it) {
 #pragma GCC unroll 24
-    for (int i = 0; i < 24; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
-    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]));
+    for (int i = 0; i < 24; ++i) {
+      acc[i] = _mm512_dpbf16_ps(acc[i], x, y);
+      __asm__ volatile("" : "+v"(acc[i]));  // one register per accumulator, kept out of memory
+    }
   }
   const double seconds = t.seconds();
   __m512 sum = acc[0];
+#pragma GCC unroll 24
   for (int i = 1; i < 24; ++i) sum = _mm512_add_ps(sum, acc[i]);
   volatile float sink = _mm512_reduce_add_ps(sum);
   (void)sink;

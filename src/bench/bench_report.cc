@@ -18,6 +18,17 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+bool BenchOptions::wants(const std::string& group) const {
+  if (groups.empty()) return true;
+  size_t start = 0;
+  while (start <= groups.size()) {
+    const size_t end = std::min(groups.find(',', start), groups.size());
+    if (groups.compare(start, end - start, group) == 0) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
 double time_median(const std::function<void()>& fn, int repeats) {
   fn();
   std::vector<double> times;

@@ -16,6 +16,10 @@ struct BenchOptions {
   bool json = false;
   int repeats = 5;  // timed runs per case after one warm-up run
   int64_t mib = 256;  // working-set size of the streaming cases
+  // bench generate: the groups of cases to run, comma-separated (decode, prefill, peer, long,
+  // capacity, large); empty: all of them.
+  std::string groups;
+  bool wants(const std::string& group) const;
 };
 
 double median(std::vector<double> values);

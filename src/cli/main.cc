@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   bench->add_option("--mib", bench_options.mib, "working-set size of streaming cases in MiB")
       ->check(CLI::Range(int64_t{1}, int64_t{16384}));
+  bench->add_option("--cases", bench_options.groups,
+                    "generate: comma-separated groups to run (decode, prefill, peer, long, capacity, large); "
+                    "default all");
   bool bench_quick = false;
   bench->add_flag("--quick", bench_quick, "model/generate: tiny preset and short runs (smoke test)");
 

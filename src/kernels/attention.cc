@@ -43,7 +43,7 @@ void attention_forward(float* o, float* probs, const float* q, const float* k, c
         }
       const AttentionRows causal{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, t0 + rows};  // stride ldkv
       attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, ldkv, KvElement::kF32,
-                           scale, 1.0f, /*bf16_probs=*/bf16);
+                           scale, 1.0f, bf16);
     }
   });
 }

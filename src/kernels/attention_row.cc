@@ -24,7 +24,7 @@ void attention_softmax(float* p, int64_t len, float max) {
 
 void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
                           int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
-                          bool bf16_probs, Isa isa) {
+                          bool bf16, Isa isa) {
   FP8RL_CHECK(num_queries > 0, "attention_queries_kv: no queries");
   int64_t covered = 0, longest = 0;
   for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
@@ -35,21 +35,24 @@ void attention_queries_kv(const AttentionQuery* queries, int num_queries, const 
   FP8RL_CHECK(covered == longest, "attention_queries_kv: the runs hold {} positions, the longest query attends to {}",
               covered, longest);
   const Isa level = resolve_isa(isa);
+  if (uses_avx512(level) && bf16)
+    return detail::attention_queries_kv_bf16_avx512(queries, num_queries, runs, num_runs, D, stride, element,
+                                                    score_scale, value_scale);
   if (uses_avx512(level))
     return detail::attention_queries_kv_avx512(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                               value_scale, bf16_probs);
+                                               value_scale);
   if (level == Isa::kAvx2)
     return detail::attention_queries_kv_avx2(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                             value_scale, bf16_probs);
+                                             value_scale, bf16);
   detail::attention_queries_kv_portable(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                        value_scale, bf16_probs);
+                                        value_scale, bf16);
 }
 
 namespace detail {
 
 void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                    int /*num_runs: the loader walks the runs by position*/, int64_t D, int64_t stride,
-                                   KvElement element, float score_scale, float value_scale, bool bf16_probs) {
+                                   KvElement element, float score_scale, float value_scale, bool bf16) {
   const int64_t row_bytes = stride * kv_element_bytes(element);
   // Position j -> its run, found by walking forward (positions are visited in order); the row
   // is widened or decoded into `buf` unless it is FP32 already.
@@ -70,11 +73,16 @@ void attention_queries_kv_portable(const AttentionQuery* queries, int num_querie
       return buf;
     };
   };
-  std::vector<float> scratch(static_cast<size_t>(D));
+  std::vector<float> scratch(static_cast<size_t>(2 * D));
   for (int i = 0; i < num_queries; ++i) {
     const AttentionQuery& a = queries[i];
-    attention_row(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false), scratch.data(),
-                  bf16_probs);
+    if (bf16) {
+      attention_row_bf16(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false),
+                         scratch.data());
+    } else {
+      attention_row(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false),
+                    scratch.data());
+    }
   }
 }
 
@@ -83,7 +91,7 @@ void attention_queries_kv_portable(const AttentionQuery* queries, int num_querie
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
                         int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
-                        bool bf16_probs, Isa isa) {
+                        bool bf16, Isa isa) {
   FP8RL_CHECK(heads > 0 && probs_stride >= len, "attention_group_kv: {} heads, probs stride {} for {} positions", heads,
               probs_stride, len);
   constexpr int64_t kMaxHeads = 64;
@@ -92,7 +100,7 @@ void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t pr
   for (int64_t h = 0; h < heads; ++h)
     queries[h] = {q + h * q_stride, out + h * out_stride, probs + h * probs_stride, len};
   attention_queries_kv(queries, static_cast<int>(heads), runs, num_runs, D, stride, element, score_scale, value_scale,
-                       bf16_probs, isa);
+                       bf16, isa);
 }
 
 }  // namespace fp8rl

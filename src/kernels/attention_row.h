@@ -2,18 +2,31 @@
 // attention_forward calls it for every row, the generator's decode calls it with keys and values
 // read from its KV cache. Same inputs, same bits (fp8-recipe.md invariant 1).
 //
+// attention_precision fp32 (attention_row):
 //   score[j] = dot(q, k_j) * score_scale          for j in [0, len)
-//   p        = softmax(score) (max subtracted, exp_f32, summed in 16 lanes, times 1/sum),
-//              rounded to BF16 when `bf16_probs` (attention_precision: bf16; q, k and v are BF16
-//              values already, so P V then has BF16 operands and FP32 accumulation)
+//   p        = softmax(score) (max subtracted, exp_f32, summed in 16 lanes, times 1/sum)
 //   out[d]   = (sum_j p[j] * v_j[d]) * value_scale   (j in index order, one FMA per term)
-//
 // The dot product runs in 16 FP32 lanes (element i goes to lane i % 16, one FMA per term)
-// reduced in a fixed tree, so a vector path computes the same bits. `load_k(j, buf)` and
-// `load_v(j, buf)` return a pointer to row j as D floats (they may widen BF16 or decode FP8 into
-// `buf`).
+// reduced in a fixed tree, so a vector path computes the same bits.
+//
+// attention_precision bf16 (attention_row_bf16): the products take BF16 operands and sum in FP32
+// in the order of the AVX-512 BF16 dot product instruction (vdpbf16ps), which then computes them
+// directly; the AVX2 and portable levels reproduce it with FMAs. The operands are the top 16
+// bits of q, k and v (BF16 values already under this policy, so nothing is lost) and p rounded to
+// BF16 after the FP32 softmax. One step of a lane adds a pair of products as two fused
+// multiply-adds, the odd element's first, reading a denormal operand as zero and flushing a
+// denormal result to zero (bf16_pair_step; the instruction's definition, checked against the
+// hardware by the tests):
+//   score[j] = tree(16 lanes) * score_scale: lane l steps over the element pairs
+//              (32 c + 2 l, 32 c + 2 l + 1) for c = 0, 1, ..., zeros past D;
+//   out[d]   = (lane d steps over the position pairs (2 t, 2 t + 1) in order, zeros at or past
+//              len) * value_scale.
+//
+// `load_k(j, buf)` and `load_v(j, buf)` return a pointer to row j as D floats (they may widen BF16
+// or decode FP8 into `buf`).
 #pragma once
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -43,19 +56,71 @@ void attention_softmax(float* p, int64_t len, float max);
 // probs[0..len) receives p. `scratch` holds D floats for the loaders.
 template <typename LoadK, typename LoadV>
 void attention_row(float* out, float* probs, const float* q, int64_t len, int64_t D, float score_scale,
-                   float value_scale, LoadK load_k, LoadV load_v, float* scratch, bool bf16_probs = false) {
+                   float value_scale, LoadK load_k, LoadV load_v, float* scratch) {
   float max = -INFINITY;
   for (int64_t j = 0; j < len; ++j) {
     probs[j] = attention_dot(q, load_k(j, scratch), D) * score_scale;
     max = std::max(max, probs[j]);
   }
   attention_softmax(probs, len, max);
-  if (bf16_probs)
-    for (int64_t j = 0; j < len; ++j) probs[j] = bf16_to_f32(f32_to_bf16(probs[j]));
   for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
     const float* v = load_v(j, scratch);
     for (int64_t d = 0; d < D; ++d) out[d] = std::fma(probs[j], v[d], out[d]);
+  }
+  if (value_scale != 1.0f)
+    for (int64_t d = 0; d < D; ++d) out[d] *= value_scale;
+}
+
+// The BF16 operand of x: its top 16 bits, a denormal read as zero.
+inline float bf16_operand(float x) {
+  uint32_t bits = std::bit_cast<uint32_t>(x) & 0xFFFF0000u;
+  if ((bits & 0x7F800000u) == 0) bits &= 0x80000000u;
+  return std::bit_cast<float>(bits);
+}
+
+// acc + a_odd * b_odd + a_even * b_even as vdpbf16ps adds them: two fused multiply-adds, the odd
+// pair first, each result flushed to zero if denormal.
+inline float bf16_pair_step(float acc, float a_odd, float b_odd, float a_even, float b_even) {
+  auto flush = [](float r) {
+    const uint32_t bits = std::bit_cast<uint32_t>(r);
+    return (bits & 0x7F800000u) == 0 ? std::bit_cast<float>(bits & 0x80000000u) : r;
+  };
+  acc = flush(std::fma(bf16_operand(a_odd), bf16_operand(b_odd), acc));
+  return flush(std::fma(bf16_operand(a_even), bf16_operand(b_even), acc));
+}
+
+// The bf16 score's dot product: 16 lanes of element pairs, zeros past D, then the tree.
+inline float attention_dot_bf16(const float* a, const float* b, int64_t D) {
+  float lanes[16] = {};
+  auto at = [D](const float* x, int64_t i) { return i < D ? x[i] : 0.0f; };
+  for (int64_t c = 0; 32 * c < D; ++c)
+    for (int64_t l = 0; l < 16; ++l) {
+      const int64_t i = 32 * c + 2 * l;
+      lanes[l] = bf16_pair_step(lanes[l], at(a, i + 1), at(b, i + 1), at(a, i), at(b, i));
+    }
+  return attention_tree_sum(lanes);
+}
+
+// attention_precision bf16 (see the top of this file). `scratch` holds 2 D floats for the loaders
+// (the two rows of a position pair).
+template <typename LoadK, typename LoadV>
+void attention_row_bf16(float* out, float* probs, const float* q, int64_t len, int64_t D, float score_scale,
+                        float value_scale, LoadK load_k, LoadV load_v, float* scratch) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < len; ++j) {
+    probs[j] = attention_dot_bf16(q, load_k(j, scratch), D) * score_scale;
+    max = std::max(max, probs[j]);
+  }
+  attention_softmax(probs, len, max);
+  for (int64_t j = 0; j < len; ++j) probs[j] = bf16_to_f32(f32_to_bf16(probs[j]));
+  for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
+  for (int64_t j = 0; j < len; j += 2) {
+    const float* v_even = load_v(j, scratch);
+    const float* v_odd = j + 1 < len ? load_v(j + 1, scratch + D) : nullptr;
+    const float p_odd = v_odd ? probs[j + 1] : 0.0f;
+    for (int64_t d = 0; d < D; ++d)
+      out[d] = bf16_pair_step(out[d], p_odd, v_odd ? v_odd[d] : 0.0f, probs[j], v_even[d]);
   }
   if (value_scale != 1.0f)
     for (int64_t d = 0; d < D; ++d) out[d] *= value_scale;
@@ -93,35 +158,42 @@ struct AttentionQuery {
 // its dot products, softmax sums and output sums keeps the scalar order.
 void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
                           int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
-                          bool bf16_probs = false, Isa isa = Isa::kAuto);
+                          bool bf16 = false, Isa isa = Isa::kAuto);
 
 // `heads` queries of one row, all of length len: head h reads q + h * q_stride and writes
 // out + h * out_stride and probs[h * probs_stride + j].
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
                         int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
-                        bool bf16_probs = false, Isa isa = Isa::kAuto);
+                        bool bf16 = false, Isa isa = Isa::kAuto);
 
 // One head.
 inline void attention_row_kv(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
                              int64_t len, int64_t D, int64_t stride, KvElement element, float score_scale,
-                             float value_scale, bool bf16_probs = false, Isa isa = Isa::kAuto) {
+                             float value_scale, bool bf16 = false, Isa isa = Isa::kAuto) {
   attention_group_kv(out, D, probs, len, q, D, 1, runs, num_runs, len, D, stride, element, score_scale, value_scale,
-                     bf16_probs, isa);
+                     bf16, isa);
 }
 
 namespace detail {
-// The paths of attention_queries_kv, after its checks: the portable one (attention_row with row
-// loaders), AVX2 (attention_row_avx2.cc) and AVX-512 (attention_row_avx512.cc).
+// The paths of attention_queries_kv, after its checks: the portable one (the templates with row
+// loaders), AVX2 (attention_row_avx2.cc for fp32, attention_row_bf16_avx2.cc for bf16) and
+// AVX-512 (attention_row_avx512.cc for fp32, attention_row_bf16_avx512.cc for bf16 on vdpbf16ps).
 void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                    int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                                   float value_scale, bool bf16_probs);
+                                   float value_scale, bool bf16);
 void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                               float value_scale, bool bf16_probs);
+                               float value_scale, bool bf16);
 void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                  int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                                 float value_scale, bool bf16_probs);
+                                 float value_scale);
+void attention_queries_kv_bf16_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
+                                    int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                    float value_scale);
+void attention_queries_kv_bf16_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
+                                      int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                      float value_scale);
 }  // namespace detail
 
 }  // namespace fp8rl

@@ -1,5 +1,5 @@
-// AVX-512 attention_group_kv over FP32, BF16 or E4M3 rows (attention_row.h), bit-identical to the
-// scalar template:
+// AVX-512 attention_group_kv over FP32, BF16 or E4M3 rows (attention_row.h) for attention_precision
+// fp32, bit-identical to the scalar template attention_row:
 //   score: lane l of one 16-wide accumulator per key sums q[i] * k[i] for i = l, l + 16, ... in
 //          order (one FMA per term; lanes past D never added to), then the same reduction tree
 //          (halves of 8, 4, 2, 1 lanes added pairwise); times score_scale. Keys go 16 at a time
@@ -26,14 +26,10 @@
 FP8RL_AVX512_BEGIN
 #include "numerics/avx512_codec_inl.h"  // inside the region by design (see that header)
 #include "numerics/avx512_exp_inl.h"
+#include "kernels/attention_avx512_inl.h"
 
 namespace fp8rl::detail {
 namespace {
-
-inline __mmask16 chunk_mask(int64_t D, int64_t c) {
-  const int64_t left = D - 16 * c;
-  return left >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
-}
 
 // Elements [16 c0, 16 c0 + 16 NC) of a row (NC <= 4 chunks) as exact FP32 vectors; lanes past D
 // are zero. BF16 is widened by a shift; E4M3 goes through the codec's table decoder, 64 codes
@@ -59,59 +55,6 @@ inline void load_chunks(const uint8_t* row, int64_t c0, int64_t D, const avx512:
             avx512::bf16_decode16(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + 16 * (c0 + c)));
     }
   }
-}
-
-// Requests the first min(n, 16) rows of a run (their D elements) into L2 ahead of their use: a
-// long context's rows come from DRAM page by page (16 positions per KV page), where the hardware
-// prefetchers do not run ahead across pages.
-template <int64_t kBytes>
-inline void prefetch_rows(const void* first, int64_t n, int64_t row_bytes, int64_t D) {
-  const auto* p = static_cast<const char*>(first);
-  for (int64_t r = 0; r < std::min<int64_t>(n, 16); ++r)
-    for (int64_t b = 0; b < D * kBytes; b += 64) _mm_prefetch(p + r * row_bytes + b, _MM_HINT_T1);
-}
-
-// attention_softmax(p, len, max of p) 16 positions at a time: lane l sums the exps of positions
-// l, l + 16, ... in order, as the template's lanes do.
-inline void softmax(float* p, int64_t len) {
-  __m512 m = _mm512_set1_ps(-INFINITY);
-  for (int64_t j = 0; j < len; j += 16) {
-    const __mmask16 k = chunk_mask(len, j / 16);
-    m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, p + j), m);  // NaN ignored, as std::max
-  }
-  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(m));
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t j = 0; j < len; j += 16) {
-    const __mmask16 k = chunk_mask(len, j / 16);
-    const __m512 e = avx512::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, p + j), max));
-    _mm512_mask_storeu_ps(p + j, k, e);
-    sum = _mm512_mask_add_ps(sum, k, sum, e);
-  }
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, sum);
-  const __m512 inv = _mm512_set1_ps(1.0f / attention_tree_sum(lanes));
-  for (int64_t j = 0; j < len; j += 16) {
-    const __mmask16 k = chunk_mask(len, j / 16);
-    _mm512_mask_storeu_ps(p + j, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + j), inv));
-  }
-}
-
-// s[i] = tree(a[i]) for 16 accumulators: lanes[l] += lanes[l + w] for w = 8, 4, 2, 1, lane 0
-// returned; the four steps pair the same lanes as reduce-one-at-a-time would.
-inline __m512 reduce_tree16(const __m512* a) {
-  __m512 c[8], d[4], g[2];
-  for (int i = 0; i < 8; ++i)  // 8-lane halves: [a_2i | a_2i+1]
-    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0x44),
-                         _mm512_shuffle_f32x4(a[2 * i], a[2 * i + 1], 0xEE));
-  for (int i = 0; i < 4; ++i)  // 128-bit lane L: key 4i + L
-    d[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(c[2 * i], c[2 * i + 1], 0xDD));
-  for (int i = 0; i < 2; ++i)  // lane L: elements 0,1 key 8i + L, elements 2,3 key 8i + 4 + L
-    g[i] =
-        _mm512_add_ps(_mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0x44), _mm512_shuffle_ps(d[2 * i], d[2 * i + 1], 0xEE));
-  // Element 4L + e holds key 4e + L; the permutation (its own inverse) puts key i at element i.
-  const __m512 s = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], 0x88), _mm512_shuffle_ps(g[0], g[1], 0xDD));
-  return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), s);
 }
 
 // Scores of up to 16 consecutive FP32 rows (row i at rows + i * ld, i < n) against q, reduced in
@@ -175,18 +118,9 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
     }
 }
 
-// fn(std::integral_constant<int, min(left, 4)>): a chunk or query count of a pass as a constant.
-template <typename Fn>
-inline void with_count_up_to_4(int64_t left, const Fn& fn) {
-  if (left >= 4) return fn(std::integral_constant<int, 4>{});
-  if (left == 3) return fn(std::integral_constant<int, 3>{});
-  if (left == 2) return fn(std::integral_constant<int, 2>{});
-  fn(std::integral_constant<int, 1>{});
-}
-
 template <KvElement E>
 void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
-                             int64_t D, int64_t stride, float score_scale, float value_scale, bool bf16_probs) {
+                             int64_t D, int64_t stride, float score_scale, float value_scale) {
   constexpr int64_t kBytes = kv_element_bytes(E);
   const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
@@ -231,10 +165,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
       j += n;
     }
   }
-  for (int q = 0; q < num_queries; ++q) {
-    softmax(qs[q].probs, qs[q].len);
-    if (bf16_probs) bf16_round_f32(qs[q].probs, qs[q].len);  // attention_precision: bf16
-  }
+  for (int q = 0; q < num_queries; ++q) softmax(qs[q].probs, qs[q].len);
   for (int q = 0; q < num_queries; q += 4)
     with_count_up_to_4(num_queries - q, [&](auto h) {
       for (int64_t c0 = 0; c0 < chunks; c0 += 4)
@@ -248,17 +179,17 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 
 void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                  int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                                 float value_scale, bool bf16_probs) {
+                                 float value_scale) {
   switch (element) {
     case KvElement::kF32:
       return attention_queries_typed<KvElement::kF32>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                      value_scale, bf16_probs);
+                                                      value_scale);
     case KvElement::kBF16:
       return attention_queries_typed<KvElement::kBF16>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale, bf16_probs);
+                                                       value_scale);
     case KvElement::kE4M3:
       return attention_queries_typed<KvElement::kE4M3>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale, bf16_probs);
+                                                       value_scale);
   }
 }
 

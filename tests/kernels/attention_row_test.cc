@@ -11,13 +11,59 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/rng.h"
 #include "numerics/bf16.h"
 #include "numerics/e4m3.h"
+#include "numerics/simd_target.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
+
+FP8RL_AVX512_BEGIN
+// One vdpbf16ps on 16 lanes: acc[l] += a[2l+1] b[2l+1] + a[2l] b[2l] as the hardware adds them.
+void vdpbf16ps(float acc[16], const bf16_t a[32], const bf16_t b[32]) {
+  const __m512 r = _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(a),
+                                    (__m512bh)_mm512_loadu_si512(b));
+  _mm512_storeu_ps(acc, r);
+}
+FP8RL_AVX512_END
+
+// A random BF16 pattern whose exponent field is drawn from [lo, hi] (0: zero or a denormal).
+bf16_t random_bf16(uint64_t seed, uint64_t i, uint32_t lo, uint32_t hi) {
+  const uint32_t r = random_u32(seed, i, 0);
+  const uint32_t exponent = lo + random_u32(seed, i, 1) % (hi - lo + 1);
+  return static_cast<bf16_t>((r & 0x8000u) | (exponent << 7) | (r & 0x7Fu));
+}
+
+// The template's pair step is the instruction's definition: the CPU's vdpbf16ps gives its bits on
+// normal, tiny (denormal products and sums) and denormal operands.
+TEST(AttentionRow, Bf16PairStepIsTheCpusDotProductInstruction) {
+  if (!cpu_features().has_avx512_kernels()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  int64_t mismatches = 0, flushed = 0;
+  for (uint64_t round = 0; round < 20000; ++round) {
+    const bool tiny = round % 2 == 1;  // exponents near the bottom of the range
+    bf16_t a[32], b[32];
+    float acc[16], want[16];
+    for (int i = 0; i < 32; ++i) {
+      a[i] = tiny ? random_bf16(21, round * 64 + i, 0, 75) : random_bf16(21, round * 64 + i, 100, 140);
+      b[i] = tiny ? random_bf16(22, round * 64 + i, 0, 75) : random_bf16(22, round * 64 + i, 100, 140);
+    }
+    for (int l = 0; l < 16; ++l) {
+      const uint32_t r = random_u32(23, round, static_cast<uint64_t>(l));
+      const uint32_t exponent = tiny ? 1 + r % 20 : 90 + r % 50;  // normal accumulators
+      acc[l] = r % 7 == 0 ? 0.0f : std::bit_cast<float>((r & 0x80000000u) | (exponent << 23) | (r >> 9 & 0x7FFFFFu));
+      want[l] = bf16_pair_step(acc[l], bf16_to_f32(a[2 * l + 1]), bf16_to_f32(b[2 * l + 1]), bf16_to_f32(a[2 * l]),
+                               bf16_to_f32(b[2 * l]));
+      if (want[l] == 0.0f) ++flushed;
+    }
+    vdpbf16ps(acc, a, b);
+    for (int l = 0; l < 16; ++l) mismatches += std::bit_cast<uint32_t>(acc[l]) != std::bit_cast<uint32_t>(want[l]);
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_GT(flushed, 1000);  // the tiny rounds reach the flush
+}
 
 // Row storage of one element type, and the scalar widening the template's loaders use.
 struct TypedRows {
@@ -65,21 +111,23 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
     fill_normal(v.data(), c.len * c.stride, 0.0f, 1.0f, 5, 3);
     if (c.D >= 16) q[3] = -0.0f, k[3] = 0.0f;  // a signed zero product
     for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3})
-    for (const bool bf16_probs : {false, true}) {  // attention_precision fp32 and bf16
+    for (const bool bf16 : {false, true}) {  // attention_precision fp32 and bf16
       const TypedRows rows{element, store_as(element, k), store_as(element, v)};
       std::vector<float> want(static_cast<size_t>(c.D)), want_p(static_cast<size_t>(c.len));
-      std::vector<float> kj(static_cast<size_t>(c.D)), vj(kj.size());
-      attention_row(
-          want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale,
-          [&](int64_t j, float*) {
-            for (int64_t d = 0; d < c.D; ++d) kj[static_cast<size_t>(d)] = rows.value(rows.k, j * c.stride + d);
-            return kj.data();
-          },
-          [&](int64_t j, float*) {
-            for (int64_t d = 0; d < c.D; ++d) vj[static_cast<size_t>(d)] = rows.value(rows.v, j * c.stride + d);
-            return vj.data();
-          },
-          nullptr, bf16_probs);
+      std::vector<float> scratch(static_cast<size_t>(2 * c.D));
+      auto loader = [&](const std::vector<uint8_t>& stored) {
+        return [&](int64_t j, float* buf) {
+          for (int64_t d = 0; d < c.D; ++d) buf[d] = rows.value(stored, j * c.stride + d);
+          return static_cast<const float*>(buf);
+        };
+      };
+      if (bf16) {
+        attention_row_bf16(want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale,
+                           loader(rows.k), loader(rows.v), scratch.data());
+      } else {
+        attention_row(want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale, loader(rows.k),
+                      loader(rows.v), scratch.data());
+      }
       const int64_t row_bytes = c.stride * kv_element_bytes(element);
       std::vector<AttentionRows> runs;
       const int64_t first = c.split < 0 ? c.len : c.split;
@@ -90,13 +138,40 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
       for (Isa isa : testing::available_isas()) {
         std::vector<float> got(want.size(), 7.0f), got_p(want_p.size(), 7.0f);
         attention_row_kv(got.data(), got_p.data(), q.data(), runs.data(), static_cast<int>(runs.size()), c.len, c.D,
-                         c.stride, element, c.score_scale, c.value_scale, bf16_probs, isa);
+                         c.stride, element, c.score_scale, c.value_scale, bf16, isa);
         const std::string what = std::string(isa_name(isa)) + " element " + std::to_string(static_cast<int>(element)) +
                                  " D=" + std::to_string(c.D) + " len=" + std::to_string(c.len) +
-                                 (bf16_probs ? " bf16 P" : "");
+                                 (bf16 ? " bf16" : "");
         EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << what;
         EXPECT_EQ(0, std::memcmp(got_p.data(), want_p.data(), want_p.size() * 4)) << what;
       }
+    }
+  }
+}
+
+// Operands and sums at the bottom of the exponent range (BF16 denormals, denormal products and
+// partial sums, tiny probabilities): every level flushes exactly where the template does.
+TEST(AttentionRow, Bf16TinyValuesFlushAsTheTemplate) {
+  const int64_t D = 48, len = 37;
+  std::vector<float> q(static_cast<size_t>(D)), k(static_cast<size_t>(len * D)), v(k.size());
+  for (int64_t i = 0; i < D; ++i) q[static_cast<size_t>(i)] = bf16_to_f32(random_bf16(31, static_cast<uint64_t>(i), 60, 70));
+  for (int64_t i = 0; i < len * D; ++i) {
+    k[static_cast<size_t>(i)] = bf16_to_f32(random_bf16(32, static_cast<uint64_t>(i), 55, 70));
+    v[static_cast<size_t>(i)] = bf16_to_f32(random_bf16(33, static_cast<uint64_t>(i), 0, 6));
+  }
+  k[5 * D] = 1e4f;  // one sharp key: the other probabilities are tiny
+  for (KvElement element : {KvElement::kF32, KvElement::kBF16}) {
+    const std::vector<uint8_t> kr = store_as(element, k), vr = store_as(element, v);
+    const AttentionRows run{kr.data(), vr.data(), len};
+    std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(len));
+    attention_row_kv(want.data(), want_p.data(), q.data(), &run, 1, len, D, D, element, 1.0f, 1.0f, true,
+                     Isa::kPortable);
+    EXPECT_TRUE(std::any_of(want.begin(), want.end(), [](float x) { return x != 0.0f; }));
+    for (Isa isa : testing::available_isas()) {
+      std::vector<float> got(want.size()), got_p(want_p.size());
+      attention_row_kv(got.data(), got_p.data(), q.data(), &run, 1, len, D, D, element, 1.0f, 1.0f, true, isa);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << isa_name(isa);
+      EXPECT_EQ(0, std::memcmp(got_p.data(), want_p.data(), want_p.size() * 4)) << isa_name(isa);
     }
   }
 }
@@ -116,18 +191,19 @@ TEST(AttentionRow, GroupOfHeadsGivesEachHeadsSingleRowBits) {
       const AttentionRows runs[] = {{kr.data(), vr.data(), 20},
                                     {kr.data() + 20 * row_bytes, vr.data() + 20 * row_bytes, len - 20}};
       for (int64_t heads = 1; heads <= 3; ++heads)
+        for (const bool bf16 : {false, true})
         for (Isa isa : testing::available_isas()) {
           std::vector<float> out(static_cast<size_t>(heads * out_stride), 7.0f),
               p(static_cast<size_t>(heads * 60), 7.0f);
           attention_group_kv(out.data(), out_stride, p.data(), 60, q.data(), q_stride, heads, runs, 2, len, D, stride,
-                             element, 0.125f, 0.5f, false, isa);
+                             element, 0.125f, 0.5f, bf16, isa);
           for (int64_t h = 0; h < heads; ++h) {
             std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(len));
             attention_row_kv(want.data(), want_p.data(), q.data() + h * q_stride, runs, 2, len, D, stride, element,
-                             0.125f, 0.5f, false, Isa::kPortable);
+                             0.125f, 0.5f, bf16, Isa::kPortable);
             const std::string what = std::string(isa_name(isa)) + " element " +
                                      std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) + " heads " +
-                                     std::to_string(heads) + " head " + std::to_string(h);
+                                     std::to_string(heads) + " head " + std::to_string(h) + (bf16 ? " bf16" : "");
             EXPECT_EQ(0, std::memcmp(out.data() + h * out_stride, want.data(), want.size() * 4)) << what;
             EXPECT_EQ(0, std::memcmp(p.data() + h * 60, want_p.data(), want_p.size() * 4)) << what;
             EXPECT_EQ(out[static_cast<size_t>(h * out_stride + D)], 7.0f) << what << ": wrote past D";
@@ -151,6 +227,7 @@ TEST(AttentionRow, QueriesOfDifferentLengthsGiveEachQuerysSingleRowBits) {
       const int64_t row_bytes = stride * kv_element_bytes(element);
       const AttentionRows runs[] = {{kr.data(), vr.data(), 17},
                                     {kr.data() + 17 * row_bytes, vr.data() + 17 * row_bytes, rows - 17}};
+      for (const bool bf16 : {false, true})
       for (Isa isa : testing::available_isas()) {
         std::vector<float> out(static_cast<size_t>(queries_n * D), 7.0f),
             p(static_cast<size_t>(queries_n * rows), 7.0f);
@@ -158,16 +235,16 @@ TEST(AttentionRow, QueriesOfDifferentLengthsGiveEachQuerysSingleRowBits) {
         for (int64_t i = 0; i < queries_n; ++i)  // lengths 45, 44, ..., 35 (out of order on purpose)
           queries.push_back({q.data() + i * D, out.data() + i * D, p.data() + i * rows, rows - (i * 7) % queries_n});
         attention_queries_kv(queries.data(), static_cast<int>(queries.size()), runs, 2, D, stride, element, 0.125f,
-                             0.5f, /*bf16_probs=*/true, isa);
+                             0.5f, bf16, isa);
         for (const AttentionQuery& a : queries) {
           std::vector<AttentionRows> own = {runs[0], runs[1]};
           own[1].rows = a.len - 17;
           std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(a.len));
           attention_row_kv(want.data(), want_p.data(), a.q, own.data(), 2, a.len, D, stride, element, 0.125f, 0.5f,
-                           /*bf16_probs=*/true, Isa::kPortable);
+                           bf16, Isa::kPortable);
           const std::string what = std::string(isa_name(isa)) + " element " +
                                    std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) + " len " +
-                                   std::to_string(a.len);
+                                   std::to_string(a.len) + (bf16 ? " bf16" : "");
           EXPECT_EQ(0, std::memcmp(a.out, want.data(), want.size() * 4)) << what;
           EXPECT_EQ(0, std::memcmp(a.probs, want_p.data(), want_p.size() * 4)) << what;
           if (a.len < rows) {
@@ -189,9 +266,10 @@ TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
     v[0] = static_cast<uint8_t>(code);
     const AttentionRows one{k.data(), v.data(), 1};
     const float want = 0.0f + e4m3_to_f32(static_cast<uint8_t>(code));  // the output sum starts at +0
+    for (const bool bf16 : {false, true})
     for (Isa isa : testing::available_isas()) {
       std::vector<float> out(16), p(1);
-      attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 1, 16, 16, KvElement::kE4M3, 1.0f, 1.0f, false, isa);
+      attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 1, 16, 16, KvElement::kE4M3, 1.0f, 1.0f, bf16, isa);
       if (std::isnan(want))
         EXPECT_TRUE(std::isnan(out[0])) << isa_name(isa) << " code " << code;
       else

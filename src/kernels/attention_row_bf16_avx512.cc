@@ -1,0 +1,247 @@
+// AVX-512 BF16 attention_queries_kv for attention_precision bf16 (attention_row.h): Q K^T and P V
+// on vdpbf16ps, bit-identical to the scalar template attention_row_bf16, whose step is this
+// instruction's (a pair of products added as two FMAs, odd element first, DAZ in, FTZ out).
+//   score: operands are BF16 words: q and FP32 rows truncated to their top halves, BF16 rows as
+//          stored, E4M3 rows decoded exactly (the codec's table decoder gives BF16 words). One
+//          vdpbf16ps per 32 elements per key: lane l steps over the pairs (32 c + 2 l, + 1) in
+//          order; 16 keys' lanes then go through the template's tree at once (reduce_tree16).
+//   softmax: the fp32 path's (exp_f32 lanes, the template's sums), then P rounded to BF16.
+//   output: position pairs (2 t, 2 t + 1): the two value rows interleaved word by word
+//          (vpunpck{l,h}wd) so that dword d holds (v_2t[d], v_2t+1[d]), times the broadcast pair
+//          (p[2 t], p[2 t + 1]) in one vdpbf16ps per 16 outputs; a query whose length ends inside
+//          a pair steps with a zero second row and probability, as the template does.
+// Key rows are used in place where they are BF16 with D a multiple of 32 (the generator's BF16 KV
+// pages); other rows are narrowed to BF16 words once per block of 16 keys, for every query.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/attention_row.h"
+#include "numerics/codec.h"
+#include "numerics/exp.h"
+#include "numerics/simd_target.h"
+
+FP8RL_AVX512_BEGIN
+#include "numerics/avx512_codec_inl.h"  // inside the region by design (see that header)
+#include "numerics/avx512_exp_inl.h"
+#include "kernels/attention_avx512_inl.h"
+
+namespace fp8rl::detail {
+namespace {
+
+inline __mmask32 word_mask(int64_t left) {
+  return left >= 32 ? ~__mmask32{0} : left <= 0 ? __mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
+}
+
+// Elements [64 g, 64 g + 64) of a row as 2 x 32 BF16 words, zero past D: FP32 elements truncated
+// to their top 16 bits (exact for the BF16 values this policy stores), BF16 as stored, E4M3
+// decoded.
+template <KvElement E>
+inline void load_words64(const uint8_t* row, int64_t g, int64_t D, const avx512::E4m3Decoder& dec, __m512i out[2]) {
+  const int64_t left = D - 64 * g;
+  if constexpr (E == KvElement::kE4M3) {
+    dec.decode64(_mm512_maskz_loadu_epi8(avx512::first_bytes_mask(left), row + 64 * g), &out[0], &out[1]);
+  } else if constexpr (E == KvElement::kBF16) {
+    const auto* p = reinterpret_cast<const uint16_t*>(row) + 64 * g;
+    out[0] = _mm512_maskz_loadu_epi16(word_mask(left), p);
+    out[1] = _mm512_maskz_loadu_epi16(word_mask(left - 32), p + 32);
+  } else {
+    const auto* p = reinterpret_cast<const float*>(row) + 64 * g;
+    // Word w of the result: the high word of element w (w < 16, first vector) or w - 16 (second).
+    const __m512i odd_words = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
+                                               27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    __m512i f[4];
+    for (int m = 0; m < 4; ++m)
+      f[m] = _mm512_castps_si512(_mm512_maskz_loadu_ps(chunk_mask(D, 4 * g + m), p + 16 * m));
+    out[0] = _mm512_permutex2var_epi16(f[0], odd_words, f[1]);
+    out[1] = _mm512_permutex2var_epi16(f[2], odd_words, f[3]);
+  }
+}
+
+// A row of D elements as `padded` BF16 words (zeros past D).
+template <KvElement E>
+inline void narrow_row(const uint8_t* row, int64_t D, int64_t padded, const avx512::E4m3Decoder& dec,
+                       uint16_t* out) {
+  for (int64_t g = 0; 64 * g < padded; ++g) {
+    __m512i w[2];
+    load_words64<E>(row, g, D, dec, w);
+    _mm512_storeu_si512(out + 64 * g, w[0]);
+    if (64 * g + 32 < padded) _mm512_storeu_si512(out + 64 * g + 32, w[1]);
+  }
+}
+
+// Scores of up to 16 consecutive rows of BF16 words (row i at rows + i * ld, i < n; `padded`
+// words, zeros past D) against q, in the template's order and times `scale`: element i is row
+// i's score (rows past n are not read; their elements are junk).
+inline __m512 score_block(const uint16_t* rows, int64_t ld, int64_t n, const uint16_t* q, int64_t padded,
+                          __m512 scale) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < padded; c += 32) {
+    const __m512bh qc = (__m512bh)_mm512_loadu_si512(q + c);
+    for (int i = 0; i < 16; ++i)
+      if (i < n) acc[i] = _mm512_dpbf16_ps(acc[i], qc, (__m512bh)_mm512_loadu_si512(rows + i * ld + c));
+  }
+  return _mm512_mul_ps(reduce_tree16(acc), scale);
+}
+
+// The value rows in position order across the runs, prefetching as the fp32 path does.
+template <int64_t kBytes>
+struct ValueRows {
+  const AttentionRows* runs;
+  int num_runs;
+  int64_t row_bytes, D;
+  int s = 0;
+  int64_t i = 0;
+  const uint8_t* next() {
+    while (i == runs[s].rows) ++s, i = 0;
+    const auto* v = static_cast<const uint8_t*>(runs[s].v);
+    if (i == 0 && s + 1 < num_runs) prefetch_rows<kBytes>(runs[s + 1].v, runs[s + 1].rows, row_bytes, D);
+    if (i % 16 == 0 && i + 16 < runs[s].rows)
+      prefetch_rows<kBytes>(v + (i + 16) * row_bytes, runs[s].rows - i - 16, row_bytes, D);
+    return v + (i++) * row_bytes;
+  }
+};
+
+// out[64 g, 64 g + 64) of H queries. pairs[h][t] holds query h's (p[2t], p[2t + 1]) as BF16 words
+// (the second zero at or past its length). Accumulator 2k of a query holds the outputs
+// 64 g + 32 k + 8 (i / 4) + i % 4 in lane i (vpunpcklwd's order), accumulator 2k + 1 the same + 4
+// (vpunpckhwd's); the store puts them back in order.
+template <KvElement E, int H>
+void value_pass(const AttentionQuery* qs, const uint32_t* const* pairs, const AttentionRows* runs, int num_runs,
+                int64_t row_bytes, int64_t D, int64_t g, float value_scale, const avx512::E4m3Decoder& dec) {
+  __m512 acc[H][4];
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
+  int64_t shortest = qs[0].len, longest = qs[0].len;
+  for (int h = 1; h < H; ++h) shortest = std::min(shortest, qs[h].len), longest = std::max(longest, qs[h].len);
+  ValueRows<kv_element_bytes(E)> rows{runs, num_runs, row_bytes, D};
+  for (int64_t j = 0; j < longest; j += 2) {
+    __m512i a[2], b[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    load_words64<E>(rows.next(), g, D, dec, a);
+    if (j + 1 < longest) load_words64<E>(rows.next(), g, D, dec, b);
+    const __m512i v[4] = {_mm512_unpacklo_epi16(a[0], b[0]), _mm512_unpackhi_epi16(a[0], b[0]),
+                          _mm512_unpacklo_epi16(a[1], b[1]), _mm512_unpackhi_epi16(a[1], b[1])};
+    if (j + 1 < shortest) {  // every query attends to both positions
+      for (int h = 0; h < H; ++h) {
+        const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[h][j / 2]));
+        for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_dpbf16_ps(acc[h][c], p, (__m512bh)v[c]);
+      }
+      continue;
+    }
+    // A query ending at j steps with the second row zero (as the template's pair past len).
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i v_alone[4] = {_mm512_unpacklo_epi16(a[0], zero), _mm512_unpackhi_epi16(a[0], zero),
+                                _mm512_unpacklo_epi16(a[1], zero), _mm512_unpackhi_epi16(a[1], zero)};
+    for (int h = 0; h < H; ++h) {
+      if (j >= qs[h].len) continue;
+      const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[h][j / 2]));
+      const __m512i* vv = j + 1 < qs[h].len ? v : v_alone;
+      for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_dpbf16_ps(acc[h][c], p, (__m512bh)vv[c]);
+    }
+  }
+  const __m512i first16 = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+  const __m512i second16 = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+  for (int h = 0; h < H; ++h)
+    for (int k = 0; k < 2; ++k) {
+      __m512 o[2] = {_mm512_permutex2var_ps(acc[h][2 * k], first16, acc[h][2 * k + 1]),
+                     _mm512_permutex2var_ps(acc[h][2 * k], second16, acc[h][2 * k + 1])};
+      for (int m = 0; m < 2; ++m) {
+        const int64_t chunk = 4 * g + 2 * k + m;  // 16 outputs
+        if (16 * chunk >= D) break;
+        if (value_scale != 1.0f) o[m] = _mm512_mul_ps(o[m], _mm512_set1_ps(value_scale));
+        _mm512_mask_storeu_ps(qs[h].out + 16 * chunk, chunk_mask(D, chunk), o[m]);
+      }
+    }
+}
+
+template <KvElement E>
+void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
+                             int64_t D, int64_t stride, float score_scale, float value_scale) {
+  constexpr int64_t kBytes = kv_element_bytes(E);
+  const int64_t padded = (D + 31) / 32 * 32, row_bytes = stride * kBytes;
+  const __m512 scale = _mm512_set1_ps(score_scale);
+  const avx512::E4m3Decoder dec;
+  int64_t longest = 0;
+  for (int i = 0; i < num_queries; ++i) longest = std::max(longest, qs[i].len);
+  thread_local std::vector<uint16_t> kbuf, qbuf;  // grow once per thread
+  thread_local std::vector<uint32_t> pbuf;
+  thread_local std::vector<const uint32_t*> pairs;
+  if (kbuf.size() < static_cast<size_t>(16 * padded)) kbuf.resize(static_cast<size_t>(16 * padded));
+  if (qbuf.size() < static_cast<size_t>(num_queries * padded)) qbuf.resize(static_cast<size_t>(num_queries * padded));
+  for (int q = 0; q < num_queries; ++q)
+    narrow_row<KvElement::kF32>(reinterpret_cast<const uint8_t*>(qs[q].q), D, padded, dec, qbuf.data() + q * padded);
+
+  // Scores, 16 keys at a time, every query reading the block while it is in L1.
+  const bool in_place = E == KvElement::kBF16 && D == padded;
+  int64_t j = 0;
+  for (int s = 0; s < num_runs && j < longest; ++s) {
+    const auto* k = static_cast<const uint8_t*>(runs[s].k);
+    for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
+      const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
+      if (i0 + 16 < runs[s].rows) {  // the next block of keys
+        prefetch_rows<kBytes>(k + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16, row_bytes, D);
+      } else if (s + 1 < num_runs) {
+        prefetch_rows<kBytes>(runs[s + 1].k, runs[s + 1].rows, row_bytes, D);
+      }
+      const uint16_t* rows = reinterpret_cast<const uint16_t*>(k + i0 * row_bytes);
+      int64_t ld = stride;
+      if (!in_place) {
+        for (int64_t i = 0; i < n; ++i) narrow_row<E>(k + (i0 + i) * row_bytes, D, padded, dec, kbuf.data() + i * padded);
+        rows = kbuf.data();
+        ld = padded;
+      }
+      for (int q = 0; q < num_queries; ++q) {
+        if (qs[q].len <= j) continue;
+        const int64_t nq = std::min(n, qs[q].len - j);  // the keys this query sees
+        _mm512_mask_storeu_ps(qs[q].probs + j, static_cast<__mmask16>((1u << nq) - 1),
+                              score_block(rows, ld, nq, qbuf.data() + q * padded, padded, scale));
+      }
+      j += n;
+    }
+  }
+
+  // Softmax, P rounded to BF16 and paired: (p[2t], p[2t + 1]) as two BF16 words, zero past len.
+  const int64_t max_pairs = (longest + 1) / 2;
+  if (pbuf.size() < static_cast<size_t>(num_queries * max_pairs)) pbuf.resize(static_cast<size_t>(num_queries * max_pairs));
+  pairs.resize(static_cast<size_t>(num_queries));
+  for (int q = 0; q < num_queries; ++q) {
+    float* p = qs[q].probs;
+    softmax(p, qs[q].len);
+    bf16_round_f32(p, qs[q].len);
+    uint32_t* pq = pbuf.data() + q * max_pairs;
+    for (int64_t t = 0; 2 * t < qs[q].len; ++t) {
+      const uint32_t hi = 2 * t + 1 < qs[q].len ? std::bit_cast<uint32_t>(p[2 * t + 1]) : 0;
+      pq[t] = (std::bit_cast<uint32_t>(p[2 * t]) >> 16) | (hi & 0xFFFF0000u);
+    }
+    pairs[static_cast<size_t>(q)] = pq;
+  }
+  for (int q = 0; q < num_queries; q += 4)
+    with_count_up_to_4(num_queries - q, [&](auto h) {
+      for (int64_t g = 0; 64 * g < D; ++g)
+        value_pass<E, h>(qs + q, pairs.data() + q, runs, num_runs, row_bytes, D, g, value_scale, dec);
+    });
+}
+
+}  // namespace
+
+void attention_queries_kv_bf16_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
+                                      int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                      float value_scale) {
+  switch (element) {
+    case KvElement::kF32:
+      return attention_queries_typed<KvElement::kF32>(queries, num_queries, runs, num_runs, D, stride, score_scale,
+                                                      value_scale);
+    case KvElement::kBF16:
+      return attention_queries_typed<KvElement::kBF16>(queries, num_queries, runs, num_runs, D, stride, score_scale,
+                                                       value_scale);
+    case KvElement::kE4M3:
+      return attention_queries_typed<KvElement::kE4M3>(queries, num_queries, runs, num_runs, D, stride, score_scale,
+                                                       value_scale);
+  }
+}
+
+}  // namespace fp8rl::detail
+
+FP8RL_AVX512_END
