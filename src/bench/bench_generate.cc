@@ -114,6 +114,7 @@ std::unique_ptr<GenerationEngine> engine_from_trainer(const ModelConfig& config,
                                                       int64_t kv_cache_bytes) {
   PrecisionPolicy policy;
   policy.linear = linear;
+  policy.attention = Precision::kBF16;  // the GRPO presets' attention_precision
   Transformer trainer(config, policy);
   trainer.init_random(/*seed=*/1);
   EngineOptions eo;
@@ -176,7 +177,8 @@ double decode_rate(const RunTimes& t) { return static_cast<double>(t.decode_toke
 double prefill_rate(const RunTimes& t) { return static_cast<double>(t.prefill_tokens) / t.prefill_seconds; }
 
 nlohmann::ordered_json record(const std::string& name, const ModelConfig& config) {
-  return {{"suite", "generate"}, {"case", name}, {"preset", config.preset}, {"threads", kernel_threads()}};
+  return {{"suite", "generate"}, {"case", name}, {"preset", config.preset}, {"attention", "bf16"},
+          {"threads", kernel_threads()}};
 }
 
 // `large` with random weights, without a trainer (its FP32 masters and AdamW state would need
@@ -186,6 +188,7 @@ std::unique_ptr<GenerationEngine> synthetic_engine(const ModelConfig& c, Precisi
                                                    const std::vector<std::vector<float>>& tensors) {
   PrecisionPolicy policy;
   policy.linear = linear;
+  policy.attention = Precision::kBF16;  // the GRPO presets' attention_precision
   EngineOptions eo;
   eo.kv_cache_bytes = 8 << 20;
   eo.max_num_seqs = 1;

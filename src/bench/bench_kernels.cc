@@ -1,6 +1,7 @@
 // `fp8rl bench kernels`: GEMM and decode-GEMV throughput against the machine's limits (the
 // register-only vdpbf16ps and 256-bit FMA peaks, the streaming read bandwidth) and against
-// oneDNN's matmul, measured in the same run.
+// oneDNN's matmul, measured in the same run; the generator's decode attention row against the
+// read bandwidth (bench_attention.cc).
 //
 // The oneDNN peer runs in child processes of this binary (FP8RL_BENCH_ONEDNN_CHILD set), one per
 // (ISA limit, thread count): oneDNN's ISA limit can be set only once per process, before any
@@ -11,9 +12,10 @@
 // BF16 and FP8 to FP32), reported beside the avx2 lines.
 //
 // Environment (the children inherit it), for short runs:
-//   FP8RL_BENCH_KERNELS_FILTER  a regular expression; only the GEMM / GEMV cases whose key
-//                               "case/shape/isa/threads" (e.g. "gemm_fp8/1024x1024x1024/avx2/1")
-//                               it matches run, and only the peers those lines need.
+//   FP8RL_BENCH_KERNELS_FILTER  a regular expression; only the GEMM / GEMV / attention cases whose
+//                               key "case/shape/isa/threads" (e.g. "gemm_fp8/1024x1024x1024/avx2/1",
+//                               "attention_decode_e4m3_kv_bf16/ctx2048/avx512/1") it matches run,
+//                               and only the peers those lines need.
 //   FP8RL_BENCH_KERNELS_SHAPES  GEMM shapes instead of the default ones, e.g. "2048x256x256,512x2048x512".
 #include <fmt/format.h>
 #include <unistd.h>
@@ -48,6 +50,9 @@ namespace fp8rl::bench {
 double peak_bf16_dot_gflops(int64_t iterations);  // AVX-512 region at the end of this file
 double peak_amx_bf16_gflops(int64_t iterations);  // AMX region at the end of this file
 double peak_fma_avx2_gflops(int64_t iterations);  // AVX2 region at the end of this file
+// bench_attention.cc: the decode attention cases on `isas` whose key wanted() accepts.
+void run_attention_cases(const BenchOptions& options, double bandwidth_gbps, const std::vector<Isa>& isas,
+                         bool (*wanted)(const std::string&));
 
 namespace {
 
@@ -470,6 +475,13 @@ void run_kernels_bench(const BenchOptions& options) {
         }
   }
   if (gemv) run_gemv_cases(options, bandwidth);
+
+  // Decode attention: AMX machines run the AVX-512 attention kernels, so that level is not repeated.
+  std::vector<Isa> attention_isas;
+  for (Isa isa : fast_isas())
+    if (isa != Isa::kAmx) attention_isas.push_back(isa);
+  if (bandwidth == 0.0 && wanted("attention_decode")) bandwidth = measure_read_bandwidth_gbps(int64_t{1} << 30, options.repeats);
+  run_attention_cases(options, bandwidth, attention_isas, wanted);
 }
 
 }  // namespace fp8rl::bench

@@ -34,6 +34,12 @@ inline __mmask32 word_mask(int64_t left) {
   return left >= 32 ? ~__mmask32{0} : left <= 0 ? __mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
 }
 
+// vpermt2w indices of the high words of 32 dwords (16 in each operand): FP32 -> its top 16 bits.
+inline __m512i high_words() {
+  return _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29, 27, 25, 23, 21, 19,
+                          17, 15, 13, 11, 9, 7, 5, 3, 1);
+}
+
 // Elements [64 g, 64 g + 64) of a row as 2 x 32 BF16 words, zero past D: FP32 elements truncated
 // to their top 16 bits (exact for the BF16 values this policy stores), BF16 as stored, E4M3
 // decoded.
@@ -49,13 +55,11 @@ inline void load_words64(const uint8_t* row, int64_t g, int64_t D, const avx512:
   } else {
     const auto* p = reinterpret_cast<const float*>(row) + 64 * g;
     // Word w of the result: the high word of element w (w < 16, first vector) or w - 16 (second).
-    const __m512i odd_words = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33, 31, 29,
-                                               27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     __m512i f[4];
     for (int m = 0; m < 4; ++m)
       f[m] = _mm512_castps_si512(_mm512_maskz_loadu_ps(chunk_mask(D, 4 * g + m), p + 16 * m));
-    out[0] = _mm512_permutex2var_epi16(f[0], odd_words, f[1]);
-    out[1] = _mm512_permutex2var_epi16(f[2], odd_words, f[3]);
+    out[0] = _mm512_permutex2var_epi16(f[0], high_words(), f[1]);
+    out[1] = _mm512_permutex2var_epi16(f[2], high_words(), f[3]);
   }
 }
 
@@ -97,7 +101,10 @@ struct ValueRows {
   const uint8_t* next() {
     while (i == runs[s].rows) ++s, i = 0;
     const auto* v = static_cast<const uint8_t*>(runs[s].v);
-    if (i == 0 && s + 1 < num_runs) prefetch_rows<kBytes>(runs[s + 1].v, runs[s + 1].rows, row_bytes, D);
+    if (i == 0) {  // two runs (KV pages) ahead; the first run prefetches the second too
+      if (s == 0 && num_runs > 1) prefetch_rows<kBytes>(runs[1].v, runs[1].rows, row_bytes, D);
+      if (s + 2 < num_runs) prefetch_rows<kBytes>(runs[s + 2].v, runs[s + 2].rows, row_bytes, D);
+    }
     if (i % 16 == 0 && i + 16 < runs[s].rows)
       prefetch_rows<kBytes>(v + (i + 16) * row_bytes, runs[s].rows - i - 16, row_bytes, D);
     return v + (i++) * row_bytes;
@@ -180,10 +187,11 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     const auto* k = static_cast<const uint8_t*>(runs[s].k);
     for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
       const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
-      if (i0 + 16 < runs[s].rows) {  // the next block of keys
+      if (i0 + 16 < runs[s].rows)  // the next block of keys
         prefetch_rows<kBytes>(k + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16, row_bytes, D);
-      } else if (s + 1 < num_runs) {
-        prefetch_rows<kBytes>(runs[s + 1].k, runs[s + 1].rows, row_bytes, D);
+      if (i0 == 0) {  // two runs (KV pages) ahead; the first run prefetches the second too
+        if (s == 0 && num_runs > 1) prefetch_rows<kBytes>(runs[1].k, runs[1].rows, row_bytes, D);
+        if (s + 2 < num_runs) prefetch_rows<kBytes>(runs[s + 2].k, runs[s + 2].rows, row_bytes, D);
       }
       const uint16_t* rows = reinterpret_cast<const uint16_t*>(k + i0 * row_bytes);
       int64_t ld = stride;
@@ -211,9 +219,11 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     softmax(p, qs[q].len);
     bf16_round_f32(p, qs[q].len);
     uint32_t* pq = pbuf.data() + q * max_pairs;
-    for (int64_t t = 0; 2 * t < qs[q].len; ++t) {
-      const uint32_t hi = 2 * t + 1 < qs[q].len ? std::bit_cast<uint32_t>(p[2 * t + 1]) : 0;
-      pq[t] = (std::bit_cast<uint32_t>(p[2 * t]) >> 16) | (hi & 0xFFFF0000u);
+    for (int64_t j0 = 0; j0 < qs[q].len; j0 += 32) {  // 32 probabilities -> 16 pairs (their top words)
+      const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(chunk_mask(qs[q].len - j0, 0), p + j0));
+      const __m512i hi = _mm512_castps_si512(_mm512_maskz_loadu_ps(chunk_mask(qs[q].len - j0, 1), p + j0 + 16));
+      _mm512_mask_storeu_epi32(pq + j0 / 2, chunk_mask((qs[q].len - j0 + 1) / 2, 0),
+                               _mm512_permutex2var_epi16(lo, high_words(), hi));
     }
     pairs[static_cast<size_t>(q)] = pq;
   }
