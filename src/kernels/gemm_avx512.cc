@@ -31,42 +31,62 @@ constexpr int kNv = kNr / 16;  // accumulator vectors per row
 
 // ---- packing -------------------------------------------------------------------------------
 
-// out[g * tile + r] = the 32-bit word at base + r * ld_bytes + 4 g for r < rows, 0 for the
-// padding rows; g < groups. One "word" is a BF16 pair or one FP32 value.
-void pack_words_rows(const uint8_t* base, int64_t ld_bytes, int rows, int tile, int64_t groups, uint32_t* out) {
-  if (int64_t{tile - 1} * ld_bytes > INT_MAX) {  // offsets do not fit a gather index
-    for (int64_t g = 0; g < groups; ++g)
-      for (int r = 0; r < tile; ++r) {
-        uint32_t w = 0;
-        if (r < rows) std::memcpy(&w, base + r * ld_bytes + 4 * g, 4);
-        out[g * tile + r] = w;
-      }
-    return;
+// The words of 8 rows x 16 groups (r[i]: row i's words 0..15) transposed: o[k] holds group 2k's
+// 8 words (rows 0..7), then group 2k+1's.
+inline void transpose_8x16(const __m512i r[8], __m512i o[8]) {
+  __m512i t[8], u[8], v[4], w[4];
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane L: t[2i] = (row 2i, 2i+1) words 4L, 4L+1 interleaved
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
   }
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  if (tile % 16 == 0) {
-    for (int v = 0; v < tile / 16; ++v) {
-      const __m512i row = _mm512_add_epi32(lane, _mm512_set1_epi32(16 * v));
-      const __m512i index = _mm512_mullo_epi32(row, _mm512_set1_epi32(static_cast<int>(ld_bytes)));
-      const __mmask16 valid = _mm512_cmplt_epi32_mask(row, _mm512_set1_epi32(rows));
-      for (int64_t g = 0; g < groups; ++g) {
-        const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index, base + 4 * g, 1);
-        _mm512_storeu_si512(out + g * tile + 16 * v, w);
+  for (int h = 0; h < 2; ++h) {  // u[4h + j], lane L: group 4L + j, rows 4h .. 4h + 3
+    u[4 * h + 0] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {  // v[j]: groups j, 4 + j; w[j]: groups 8 + j, 12 + j (rows 0-3, then 4-7)
+    v[j] = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x44);
+    w[j] = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xEE);
+  }
+  o[0] = _mm512_shuffle_i32x4(v[0], v[1], 0x88), o[1] = _mm512_shuffle_i32x4(v[2], v[3], 0x88);
+  o[2] = _mm512_shuffle_i32x4(v[0], v[1], 0xDD), o[3] = _mm512_shuffle_i32x4(v[2], v[3], 0xDD);
+  o[4] = _mm512_shuffle_i32x4(w[0], w[1], 0x88), o[5] = _mm512_shuffle_i32x4(w[2], w[3], 0x88);
+  o[6] = _mm512_shuffle_i32x4(w[0], w[1], 0xDD), o[7] = _mm512_shuffle_i32x4(w[2], w[3], 0xDD);
+}
+
+// out[g * tile + r] = the 32-bit word at base + r * ld_bytes + 4 g for r < rows, 0 for the
+// padding rows; g < groups. One "word" is a BF16 pair or one FP32 value. Tiles of 8 (A) or a
+// multiple of 16 (B): blocks of 8 rows x 16 words are loaded and transposed in registers.
+void pack_words_rows(const uint8_t* base, int64_t ld_bytes, int rows, int tile, int64_t groups, uint32_t* out) {
+  for (int64_t g0 = 0; g0 < groups; g0 += 16) {
+    const int n = static_cast<int>(std::min<int64_t>(16, groups - g0));
+    const __mmask16 words = static_cast<__mmask16>((1u << n) - 1);
+    for (int r0 = 0; r0 < tile; r0 += 16) {
+      __m512i o[2][8];
+      for (int half = 0; half < (tile == 8 ? 1 : 2); ++half) {
+        __m512i r[8];
+        for (int i = 0; i < 8; ++i) {
+          const int row = r0 + 8 * half + i;
+          r[i] = row < rows ? _mm512_maskz_loadu_epi32(words, base + row * ld_bytes + 4 * g0) : _mm512_setzero_si512();
+        }
+        transpose_8x16(r, o[half]);
+      }
+      for (int k = 0; k < 8 && 2 * k < n; ++k) {
+        if (tile == 8) {  // groups 2k and 2k + 1, 8 words each
+          uint32_t* dst = out + (g0 + 2 * k) * 8;
+          if (2 * k + 1 < n)
+            _mm512_storeu_si512(dst, o[0][k]);
+          else
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_castsi512_si256(o[0][k]));
+          continue;
+        }
+        // 16 rows: group 2k is the low halves of the two 8-row transposes, group 2k + 1 the high.
+        _mm512_storeu_si512(out + (g0 + 2 * k) * tile + r0, _mm512_shuffle_i32x4(o[0][k], o[1][k], 0x44));
+        if (2 * k + 1 < n)
+          _mm512_storeu_si512(out + (g0 + 2 * k + 1) * tile + r0, _mm512_shuffle_i32x4(o[0][k], o[1][k], 0xEE));
       }
     }
-    return;
-  }
-  // tile == 8: one gather fetches two consecutive groups (lanes 0-7: group g, 8-15: g + 1).
-  const __m512i row = _mm512_and_si512(lane, _mm512_set1_epi32(7));
-  const __m512i index = _mm512_add_epi32(_mm512_mullo_epi32(row, _mm512_set1_epi32(static_cast<int>(ld_bytes))),
-                                         _mm512_slli_epi32(_mm512_srli_epi32(lane, 3), 2));
-  const __mmask16 valid = _mm512_cmplt_epi32_mask(row, _mm512_set1_epi32(rows));
-  int64_t g = 0;
-  for (; g + 2 <= groups; g += 2)
-    _mm512_storeu_si512(out + g * 8, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, index, base + 4 * g, 1));
-  if (g < groups) {
-    const __m512i w = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid & 0xFF, index, base + 4 * g, 1);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + g * 8), _mm512_castsi512_si256(w));
   }
 }
 
