@@ -101,24 +101,29 @@ void pack_bf16_rows(const bf16_t* src, int64_t ld, int64_t r0, int rows, int til
 }
 
 // BF16 source with rows contiguous (element (r, k) at src[k * ld + r]): each pair interleaves
-// two consecutive source rows k, k+1, 16 columns at a time.
+// two consecutive source rows k, k+1, 32 columns at a time (one vpermt2w per 16 pairs).
 void pack_bf16_cols(const bf16_t* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
                     uint32_t* out) {
+  // Word i of the result: column i / 2 (+ 16 for the second) of row k (i even) or k + 1 (i odd).
+  const __m512i first = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                         37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
   for (int64_t g = 0; g * 2 < kc; ++g) {
     const bf16_t* even = src + (k0 + 2 * g) * ld + r0;
     const bool has_odd = 2 * g + 1 < kc;
-    for (int v = 0; v * 16 < tile; ++v) {
-      const int left = std::clamp(rows - 16 * v, 0, 16);
-      const __mmask16 m = static_cast<__mmask16>((1u << left) - 1);
-      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, even + 16 * v));
-      const __m512i hi = has_odd ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, even + ld + 16 * v))
-                                 : _mm512_setzero_si512();
-      const __m512i w = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
-      if (tile - 16 * v >= 16) {
-        _mm512_storeu_si512(out + g * tile + 16 * v, w);
+    for (int v = 0; v < tile; v += 32) {
+      const int left = std::clamp(rows - v, 0, 32);
+      const __mmask32 m = left == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
+      const __m512i lo = _mm512_maskz_loadu_epi16(m, even + v);
+      const __m512i hi = has_odd ? _mm512_maskz_loadu_epi16(m, even + ld + v) : _mm512_setzero_si512();
+      uint32_t* dst = out + g * tile + v;
+      const __m512i w0 = _mm512_permutex2var_epi16(lo, first, hi);
+      if (tile - v >= 16) {
+        _mm512_storeu_si512(dst, w0);
       } else {  // tile 8
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + g * tile + 16 * v), _mm512_castsi512_si256(w));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_castsi512_si256(w0));
       }
+      if (tile - v > 16) _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi16(lo, second, hi));
     }
   }
 }
