@@ -10,6 +10,7 @@
 #include "kernels/attention_row.h"
 #include "kernels/gemm.h"
 #include "numerics/bf16.h"
+#include "numerics/codec.h"
 
 namespace fp8rl {
 
@@ -63,8 +64,7 @@ void softmax_backward_row(const float* p, const float* dp, int64_t t, float scal
 // rows x D of `src` (leading dimension ld) as BF16 into dst [rows, D]; the values are BF16 already
 // where the header says so, so this is exact.
 void to_bf16_rows(bf16_t* dst, const float* src, int64_t rows, int64_t D, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < D; ++d) dst[r * D + d] = f32_to_bf16(src[r * ld + d]);
+  for (int64_t r = 0; r < rows; ++r) bf16_encode_f32(src + r * ld, dst + r * D, D);
 }
 
 // attention_backward with BF16 operands (see the header): the FP32 path's blocks and order, the
@@ -89,8 +89,10 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
       const float* p = probs + (b * s.Hq + h) * T * T;
       to_bf16_rows(qb.data(), q + q_off, T, D, ldq);
       to_bf16_rows(ob.data(), dout + q_off, T, D, ldq);  // dO rounded here
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < T; ++j) pb[t * T + j] = j <= t ? f32_to_bf16(p[t * T + j]) : bf16_t{0};
+      for (int64_t t = 0; t < T; ++t) {
+        bf16_encode_f32(p + t * T, pb.data() + t * T, t + 1);
+        std::fill(pb.begin() + t * T + t + 1, pb.begin() + (t + 1) * T, bf16_t{0});
+      }
       for (int64_t j0 = 0; j0 < T; j0 += kBlock) {  // dV[j] += sum_{t >= j} P[t, j] dO[t]
         const int64_t jn = std::min(kBlock, T - j0);
         gemm_tn_bf16(jn, D, T - j0, pb.data() + j0 * T + j0, T, ob.data() + j0 * D, D, dv + kv_off + j0 * ldkv, ldkv,
@@ -99,11 +101,12 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
       for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
         const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn;
         gemm_nt_bf16(tn, width, D, ob.data() + t0 * D, D, vb.data(), D, dp.data() + t0 * T, T);  // dP
-        for (int64_t t = t0; t < t0 + tn; ++t) {
+        for (int64_t t = t0; t < t0 + tn; ++t) {  // dS in FP32 over dP's row, then rounded once
+          float* dr = dp.data() + t * T;
+          softmax_backward_row(p + t * T, dr, t, scale, [&](int64_t j, float ds) { dr[j] = ds; });
           bf16_t* sr = sb.data() + t * T;
-          softmax_backward_row(p + t * T, dp.data() + t * T, t, scale,
-                               [&](int64_t j, float ds) { sr[j] = f32_to_bf16(ds); });  // dS rounded once
-          for (int64_t j = t + 1; j < width; ++j) sr[j] = 0;
+          bf16_encode_f32(dr, sr, t + 1);
+          std::fill(sr + t + 1, sr + width, bf16_t{0});
         }
         gemm_nn_bf16(tn, D, width, sb.data() + t0 * T, T, kb.data(), D, dq + q_off + t0 * ldq, ldq);  // dQ = dS K
       }
