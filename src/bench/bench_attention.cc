@@ -28,7 +28,7 @@ void run_attention_cases(const BenchOptions& options, double bandwidth_gbps, con
                          bool (*wanted)(const std::string&)) {
   constexpr int64_t kContext = 2048, kD = 64, kGroup = 2, kPage = 16;
   constexpr int64_t kHeadContexts = 8 * 8 * 4;  // sequences x layers x KV heads
-  constexpr int64_t kKvHeads = 4;                // KV heads side by side in a page row
+  constexpr int64_t kKvHeads = 4;               // KV heads side by side in a page row
   const int64_t stride = kKvHeads * kD, pages = kHeadContexts / kKvHeads * (kContext / kPage);
   std::vector<float> q(static_cast<size_t>(kGroup * kD)), out(q.size()), probs(static_cast<size_t>(kGroup * kContext));
   fill_normal(q.data(), static_cast<int64_t>(q.size()), 0.0f, 1.0f, 41, 0);
@@ -50,7 +50,8 @@ void run_attention_cases(const BenchOptions& options, double bandwidth_gbps, con
     std::vector<AttentionRows> runs(static_cast<size_t>(kHeadContexts * (kContext / kPage)));
     for (int64_t h = 0; h < kHeadContexts; ++h)
       for (int64_t p = 0; p < kContext / kPage; ++p) {
-        const int64_t page = h / kKvHeads * (kContext / kPage) + p, offset = page * page_bytes + h % kKvHeads * kD * bytes;
+        const int64_t page = h / kKvHeads * (kContext / kPage) + p,
+                      offset = page * page_bytes + h % kKvHeads * kD * bytes;
         runs[static_cast<size_t>(h * (kContext / kPage) + p)] = {k.data() + offset, v.data() + offset, kPage};
       }
     for (const bool bf16 : {false, true})

@@ -2,10 +2,10 @@
 //
 //   decode_{bf16,fp8}_weights  decode tokens/s at 1, 8 and 64 concurrent sequences, BF16 or FP8
 //                              linears, BF16 KV cache (32-token prompts, 64 new tokens each);
-//   decode_ctx2048_{bf16,fp8}_kv  decode tokens/s of 8 samples of one 2048-token prompt (the GRPO
-//                              shape: G samples share the prompt's pages), BF16 linears, BF16 or
-//                              FP8 KV cache (FP8 attention, the recipe's default);
-//   decode_ctx2048_kv_budget_{bf16,fp8}_kv  capacity: a fixed KV budget (64 MiB: four
+//   decode_ctx2048_{bf16,fp8}_kv  (group `long`) decode tokens/s of 8 samples of one 2048-token
+//                              prompt (the GRPO shape: G samples share the prompt's pages), BF16
+//                              linears, BF16 or FP8 KV cache (FP8 attention, the recipe's default);
+//   decode_ctx2048_kv_budget_{bf16,fp8}_kv  (group `capacity`) a fixed KV budget (64 MiB: four
 //                              2048-token sequences in BF16, eight in FP8) and eight prompts of
 //                              2032 tokens with 16 new tokens each, BF16 linears; as many
 //                              sequences run together as fit (the others wait for pages), so
@@ -25,6 +25,9 @@
 // (BF16 vs FP8) run alternately, one of each per round, so a change of machine load affects both.
 // Weights are random; prompts are random tokens; decoding is greedy with no eos, so every
 // sequence runs to max_new_tokens. The GEMVs and attention (one task per row) run on `threads`.
+// Every engine runs the GRPO presets' BF16 attention (`attention` in each record).
+// `--cases decode,prefill,peer,long,capacity,large` runs only those groups (the peer's needs the
+// decode cases, which run with it).
 #include <fmt/format.h>
 
 #include <fstream>
@@ -331,7 +334,9 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
 
   // Decode at 1, 8, 64 sequences, BF16 vs FP8 weights.
   double bf16_at_peer = 0, fp8_at_peer = 0;
-  for (int64_t n : options.wants("decode") || options.wants("peer") ? s.sequences : std::vector<int64_t>{}) {
+  const std::vector<int64_t> decode_sequences =  // the peer's comparison needs the decode figures
+      options.wants("decode") || options.wants("peer") ? s.sequences : std::vector<int64_t>{};
+  for (int64_t n : decode_sequences) {
     const auto prompts = random_prompts(n, s.prompt_tokens, c.vocab_size, 100 + static_cast<uint64_t>(n));
     const std::vector<RunTimes> t = rounds({[&] { return run_generate(*bf16, prompts, 1, s.new_tokens); },
                                             [&] { return run_generate(*fp8, prompts, 1, s.new_tokens); }},
@@ -377,8 +382,7 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
   }
 
   // The PyTorch eager baseline at peer_sequences, same prompt and decode lengths.
-  if (!options.wants("peer")) {
-  } else if (!script.empty()) {
+  if (options.wants("peer") && !script.empty()) {
     const auto lines = run_json_lines(fmt::format(
         "/usr/bin/python3 '{}' {} --threads {} --repeats {} --sequences {} --prompt-tokens {} --new-tokens {}", script,
         torch_model_arguments(c), kernel_threads(), options.repeats, s.peer_sequences, s.prompt_tokens, s.new_tokens));
@@ -396,7 +400,7 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
         emit(r, options);
       }
     }
-  } else {
+  } else if (options.wants("peer")) {
     emit({{"suite", "generate"}, {"case", "torch_decode"}, {"peer", "unavailable (tools/bench/torch_decode.py not found)"}},
          options);
   }
@@ -431,10 +435,9 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
 
   if (options.wants("capacity")) run_capacity_case(s, options);
 
-  if (!options.wants("large")) {
-  } else if (s.large) {
+  if (options.wants("large") && s.large) {
     run_large_case(options, bandwidth, l3);
-  } else {
+  } else if (options.wants("large")) {
     emit({{"suite", "generate"}, {"case", "decode_large"}, {"skipped", "--quick"}}, options);
   }
 }

@@ -480,7 +480,8 @@ void run_kernels_bench(const BenchOptions& options) {
   std::vector<Isa> attention_isas;
   for (Isa isa : fast_isas())
     if (isa != Isa::kAmx) attention_isas.push_back(isa);
-  if (bandwidth == 0.0 && wanted("attention_decode")) bandwidth = measure_read_bandwidth_gbps(int64_t{1} << 30, options.repeats);
+  if (bandwidth == 0.0 && wanted("attention_decode"))
+    bandwidth = measure_read_bandwidth_gbps(int64_t{1} << 30, options.repeats);
   run_attention_cases(options, bandwidth, attention_isas, wanted);
 }
 

@@ -3,10 +3,9 @@
 // with --json, a readable line otherwise).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -14,7 +13,7 @@ namespace fp8rl::bench {
 
 struct BenchOptions {
   bool json = false;
-  int repeats = 5;  // timed runs per case after one warm-up run
+  int repeats = 5;    // timed runs per case after one warm-up run
   int64_t mib = 256;  // working-set size of the streaming cases
   // bench generate: the groups of cases to run, comma-separated (decode, prefill, peer, long,
   // capacity, large); empty: all of them.

@@ -21,8 +21,8 @@ void check_shape(const AttentionShape& s) {
 }
 }  // namespace
 
-void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v,
-                       const AttentionShape& s, bool bf16) {
+void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v, const AttentionShape& s,
+                       bool bf16, const AttentionHeadScales* head_scales) {
   check_shape(s);
   const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
@@ -44,7 +44,8 @@ void attention_forward(float* o, float* probs, const float* q, const float* k, c
         }
       const AttentionRows causal{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, t0 + rows};  // stride ldkv
       attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, ldkv, KvElement::kF32,
-                           scale, 1.0f, bf16);
+                           head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f,
+                           bf16);
     }
   });
 }
@@ -76,7 +77,7 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
   constexpr int64_t kBlock = 64;
   kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
     const int64_t b = task / s.Hkv, g = task % s.Hkv, kv_off = b * T * ldkv + g * D;
-    thread_local std::vector<float> dp;             // [T, T] dP, then dS in FP32
+    thread_local std::vector<float> dp;                       // [T, T] dP, then dS in FP32
     thread_local std::vector<bf16_t> kb, vb, qb, ob, pb, sb;  // [T, D] x 4, [T, T] x 2
     dp.resize(static_cast<size_t>(T * T));
     for (auto* buf : {&kb, &vb, &qb, &ob}) buf->resize(static_cast<size_t>(T * D));

@@ -27,8 +27,17 @@ struct AttentionShape {
   int64_t B, T, Hq, Hkv, D;
 };
 
+// Per KV head multipliers of the forward (the generator's FP8 attention arithmetic): scores of kv
+// head g's queries are dot(q, k) * score[g] instead of * 1/sqrt(D), its outputs (P v) * value[g].
+// For q, k, v holding E4M3 code values: score[g] = q_scale * k_scale * (1/sqrt(D)), value[g] =
+// v_scale, as the generator computes them.
+struct AttentionHeadScales {
+  const float* score = nullptr;  // [Hkv]
+  const float* value = nullptr;  // [Hkv]
+};
+
 void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v, const AttentionShape& s,
-                       bool bf16 = false);
+                       bool bf16 = false, const AttentionHeadScales* head_scales = nullptr);
 
 // Overwrites dq, dk and dv.
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,

@@ -2,8 +2,8 @@
 // attention_row_bf16_avx2.cc for bf16): row loads, prefetching, the softmax and the scoring of
 // 8 keys with the template's reduction tree (attention_row.h).
 //
-// Include this only inside an FP8RL_AVX2_BEGIN ... FP8RL_AVX2_END region of a kernel file, after
-// numerics/avx2_codec_inl.h and numerics/avx2_exp_inl.h (see simd_target.h).
+// Include this only inside an FP8RL_AVX2_BEGIN ... FP8RL_AVX2_END region of a kernel file (see
+// simd_target.h); it includes the AVX2 codec and exp headers it builds on.
 #pragma once
 
 #include <algorithm>
@@ -13,6 +13,8 @@
 #include <type_traits>
 
 #include "kernels/attention_row.h"
+#include "numerics/avx2_codec_inl.h"
+#include "numerics/avx2_exp_inl.h"
 
 namespace fp8rl::detail {
 namespace {

@@ -2,8 +2,8 @@
 // attention_row_bf16_avx512.cc for bf16): masks, prefetching, the softmax and the 16-key
 // reduction tree, each in the scalar template's order (attention_row.h).
 //
-// Include this only inside an FP8RL_AVX512_BEGIN ... FP8RL_AVX512_END region of a kernel file,
-// after numerics/avx512_exp_inl.h (see simd_target.h).
+// Include this only inside an FP8RL_AVX512_BEGIN ... FP8RL_AVX512_END region of a kernel file (see
+// simd_target.h); it includes the AVX-512 codec and exp headers it builds on.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +12,8 @@
 #include <type_traits>
 
 #include "kernels/attention_row.h"
+#include "numerics/avx512_codec_inl.h"
+#include "numerics/avx512_exp_inl.h"
 
 namespace fp8rl::detail {
 namespace {

@@ -23,8 +23,8 @@ void attention_softmax(float* p, int64_t len, float max) {
 }
 
 void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                          int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
-                          bool bf16, Isa isa) {
+                          int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, bool bf16,
+                          Isa isa) {
   FP8RL_CHECK(num_queries > 0, "attention_queries_kv: no queries");
   int64_t covered = 0, longest = 0;
   for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
@@ -90,8 +90,8 @@ void attention_queries_kv_portable(const AttentionQuery* queries, int num_querie
 
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
-                        int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
-                        bool bf16, Isa isa) {
+                        int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, bool bf16,
+                        Isa isa) {
   FP8RL_CHECK(heads > 0 && probs_stride >= len, "attention_group_kv: {} heads, probs stride {} for {} positions", heads,
               probs_stride, len);
   constexpr int64_t kMaxHeads = 64;

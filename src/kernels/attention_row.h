@@ -182,9 +182,9 @@ namespace detail {
 void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                    int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
                                    float value_scale, bool bf16);
-void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                               int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
-                               float value_scale, bool bf16);
+void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
+                               int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                               bool bf16);
 void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                  int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
                                  float value_scale);

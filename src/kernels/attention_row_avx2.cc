@@ -25,9 +25,9 @@
 #include "numerics/simd_target.h"
 
 FP8RL_AVX2_BEGIN
+#include "kernels/attention_avx2_inl.h"
 #include "numerics/avx2_codec_inl.h"  // inside the region by design (see that header)
 #include "numerics/avx2_exp_inl.h"
-#include "kernels/attention_avx2_inl.h"
 
 namespace fp8rl::detail {
 namespace {

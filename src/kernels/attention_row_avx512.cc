@@ -24,9 +24,9 @@
 #include "numerics/simd_target.h"
 
 FP8RL_AVX512_BEGIN
+#include "kernels/attention_avx512_inl.h"
 #include "numerics/avx512_codec_inl.h"  // inside the region by design (see that header)
 #include "numerics/avx512_exp_inl.h"
-#include "kernels/attention_avx512_inl.h"
 
 namespace fp8rl::detail {
 namespace {

@@ -24,9 +24,9 @@
 #include "numerics/simd_target.h"
 
 FP8RL_AVX2_BEGIN
+#include "kernels/attention_avx2_inl.h"
 #include "numerics/avx2_codec_inl.h"  // inside the region by design (see that header)
 #include "numerics/avx2_exp_inl.h"
-#include "kernels/attention_avx2_inl.h"
 
 namespace fp8rl::detail {
 namespace {
@@ -59,6 +59,11 @@ inline __m256 probability_operand(const float* p) {
   return _mm256_set1_ps(x);
 }
 
+// [x0 x1 | x2 x3] (64-bit pieces) -> [x0 x2 | x1 x3]: shuffle_ps's lane-wise result in element order.
+inline __m256 in_element_order(__m256 x) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(x), 0xD8));
+}
+
 // A row as `padded` (a multiple of 32) floats in pair order with the low 16 bits cleared, zeros
 // past D: out[32 c + l] = element 32 c + 2 l + 1, out[32 c + 16 + l] = element 32 c + 2 l.
 // `wide` holds `padded` floats of scratch.
@@ -68,13 +73,9 @@ inline void pair_order_row(const uint8_t* row, int64_t D, int64_t padded, float*
   for (int64_t c = 0; c < padded; c += 32)
     for (int64_t h = 0; h < 2; ++h) {  // the pairs of elements c + 16 h .. c + 16 h + 15: lanes 8 h .. 8 h + 7
       const __m256 a = _mm256_loadu_ps(wide + c + 16 * h), b = _mm256_loadu_ps(wide + c + 16 * h + 8);
-      // shuffle_ps: [a1 a3 b1 b3 | a5 a7 b5 b7] (odd) and [a0 a2 b0 b2 | a4 a6 b4 b6] (even);
-      // the 64-bit permutation puts them in element order.
-      const auto in_order = [](__m256 x) {
-        return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(x), 0xD8));
-      };
-      _mm256_storeu_ps(out + c + 8 * h, bf16_operand(in_order(_mm256_shuffle_ps(a, b, 0xDD))));
-      _mm256_storeu_ps(out + c + 16 + 8 * h, bf16_operand(in_order(_mm256_shuffle_ps(a, b, 0x88))));
+      // shuffle_ps: [a1 a3 b1 b3 | a5 a7 b5 b7] (odd) and [a0 a2 b0 b2 | a4 a6 b4 b6] (even).
+      _mm256_storeu_ps(out + c + 8 * h, bf16_operand(in_element_order(_mm256_shuffle_ps(a, b, 0xDD))));
+      _mm256_storeu_ps(out + c + 16 + 8 * h, bf16_operand(in_element_order(_mm256_shuffle_ps(a, b, 0x88))));
     }
 }
 
@@ -110,7 +111,7 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   {
     const FlushToZero flush;
     for (int64_t j = 0; j < longest; j += 2) {
-      __m256 even[NC], odd[NC];
+      __m256 even[NC], odd[NC] = {};
       load(next_row(), even);
       if (j + 1 < longest) load(next_row(), odd);
       for (int h = 0; h < H; ++h) {
@@ -208,8 +209,8 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     with_count<4>(num_queries - q, [&](auto h) {
       constexpr int kHeads = decltype(h)::value, kMaxChunks = kHeads == 1 ? 8 : kHeads == 2 ? 4 : 2;
       for (int64_t c0 = 0; c0 < chunks; c0 += kMaxChunks)
-        with_count<kMaxChunks>(chunks - c0,
-                               [&](auto nc) { value_pass<E, h, nc>(qs + q, runs, num_runs, row_bytes, D, c0, value_scale); });
+        with_count<kMaxChunks>(
+            chunks - c0, [&](auto nc) { value_pass<E, h, nc>(qs + q, runs, num_runs, row_bytes, D, c0, value_scale); });
     });
 }
 

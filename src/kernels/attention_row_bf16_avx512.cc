@@ -23,9 +23,9 @@
 #include "numerics/simd_target.h"
 
 FP8RL_AVX512_BEGIN
+#include "kernels/attention_avx512_inl.h"
 #include "numerics/avx512_codec_inl.h"  // inside the region by design (see that header)
 #include "numerics/avx512_exp_inl.h"
-#include "kernels/attention_avx512_inl.h"
 
 namespace fp8rl::detail {
 namespace {
@@ -56,8 +56,7 @@ inline void load_words64(const uint8_t* row, int64_t g, int64_t D, const avx512:
     const auto* p = reinterpret_cast<const float*>(row) + 64 * g;
     // Word w of the result: the high word of element w (w < 16, first vector) or w - 16 (second).
     __m512i f[4];
-    for (int m = 0; m < 4; ++m)
-      f[m] = _mm512_castps_si512(_mm512_maskz_loadu_ps(chunk_mask(D, 4 * g + m), p + 16 * m));
+    for (int m = 0; m < 4; ++m) f[m] = _mm512_castps_si512(_mm512_maskz_loadu_ps(chunk_mask(D, 4 * g + m), p + 16 * m));
     out[0] = _mm512_permutex2var_epi16(f[0], high_words(), f[1]);
     out[1] = _mm512_permutex2var_epi16(f[2], high_words(), f[3]);
   }
@@ -65,8 +64,7 @@ inline void load_words64(const uint8_t* row, int64_t g, int64_t D, const avx512:
 
 // A row of D elements as `padded` BF16 words (zeros past D).
 template <KvElement E>
-inline void narrow_row(const uint8_t* row, int64_t D, int64_t padded, const avx512::E4m3Decoder& dec,
-                       uint16_t* out) {
+inline void narrow_row(const uint8_t* row, int64_t D, int64_t padded, const avx512::E4m3Decoder& dec, uint16_t* out) {
   for (int64_t g = 0; 64 * g < padded; ++g) {
     __m512i w[2];
     load_words64<E>(row, g, D, dec, w);
@@ -196,7 +194,8 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
       const uint16_t* rows = reinterpret_cast<const uint16_t*>(k + i0 * row_bytes);
       int64_t ld = stride;
       if (!in_place) {
-        for (int64_t i = 0; i < n; ++i) narrow_row<E>(k + (i0 + i) * row_bytes, D, padded, dec, kbuf.data() + i * padded);
+        for (int64_t i = 0; i < n; ++i)
+          narrow_row<E>(k + (i0 + i) * row_bytes, D, padded, dec, kbuf.data() + i * padded);
         rows = kbuf.data();
         ld = padded;
       }
@@ -212,7 +211,8 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 
   // Softmax, P rounded to BF16 and paired: (p[2t], p[2t + 1]) as two BF16 words, zero past len.
   const int64_t max_pairs = (longest + 1) / 2;
-  if (pbuf.size() < static_cast<size_t>(num_queries * max_pairs)) pbuf.resize(static_cast<size_t>(num_queries * max_pairs));
+  if (pbuf.size() < static_cast<size_t>(num_queries * max_pairs))
+    pbuf.resize(static_cast<size_t>(num_queries * max_pairs));
   pairs.resize(static_cast<size_t>(num_queries));
   for (int q = 0; q < num_queries; ++q) {
     float* p = qs[q].probs;

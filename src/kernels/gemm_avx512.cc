@@ -105,8 +105,8 @@ void pack_bf16_rows(const bf16_t* src, int64_t ld, int64_t r0, int rows, int til
 void pack_bf16_cols(const bf16_t* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
                     uint32_t* out) {
   // Word i of the result: column i / 2 (+ 16 for the second) of row k (i even) or k + 1 (i odd).
-  const __m512i first = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
-                                         37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i first = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
   for (int64_t g = 0; g * 2 < kc; ++g) {
     const bf16_t* even = src + (k0 + 2 * g) * ld + r0;
@@ -145,7 +145,8 @@ void pack_fp8_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64
                     float* scales) {
   thread_local AlignedBuffer<bf16_t> decoded;
   const int64_t width = (kc + 63) / 64 * 64;
-  if (decoded.size() < static_cast<size_t>(tile * width)) decoded = AlignedBuffer<bf16_t>(static_cast<size_t>(tile * width));
+  if (decoded.size() < static_cast<size_t>(tile * width))
+    decoded = AlignedBuffer<bf16_t>(static_cast<size_t>(tile * width));
   const avx512::E4m3Decoder decoder;
   const auto* codes = static_cast<const uint8_t*>(op.data);
   for (int r = 0; r < rows; ++r) {
@@ -241,8 +242,8 @@ void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const floa
   }
 }
 
-void kernel_f32(int64_t kc, const void* a_panel, const void* b_panel, const float*, const float*, float* c,
-                int64_t ldc, bool load_c) {
+void kernel_f32(int64_t kc, const void* a_panel, const void* b_panel, const float*, const float*, float* c, int64_t ldc,
+                bool load_c) {
   const auto* a = static_cast<const float*>(a_panel);
   const auto* b = static_cast<const float*>(b_panel);
   __m512 acc[kMr][kNv];

@@ -60,25 +60,26 @@ float amax_rows(const float* x, int64_t heads, int64_t D, const std::vector<int3
   return m;
 }
 
-// x [N, heads * D] = e4m3(x / s) * s in place, s = scale[h / heads_per_scale] for head h.
-// (The vector codecs of numerics/codec.h give the scalar codec's bits.)
-void round_heads_to_e4m3(float* x, int64_t N, int64_t heads, int64_t D, int64_t heads_per_scale,
+// x [N, heads * D] = e4m3(x / s) * s in place, s = scale[h / heads_per_scale] for head h, and
+// codes [N, heads * D] = e4m3(x / s), the code values before the scale. (The vector codecs of
+// numerics/codec.h give the scalar codec's bits.)
+void round_heads_to_e4m3(float* x, float* codes_out, int64_t N, int64_t heads, int64_t D, int64_t heads_per_scale,
                          const std::vector<float>& scale) {
   const int64_t W = heads * D;
   parallel_for_ranges(N, 64, [&](int64_t r0, int64_t r1) {
-    std::vector<float> y(static_cast<size_t>(W));
     std::vector<uint8_t> codes(static_cast<size_t>(W));
     for (int64_t r = r0; r < r1; ++r) {
       float* row = x + r * W;
+      float* y = codes_out + r * W;
       for (int64_t h = 0; h < heads; ++h) {
         const float sc = scale[static_cast<size_t>(h / heads_per_scale)];
-        for (int64_t d = h * D; d < (h + 1) * D; ++d) y[static_cast<size_t>(d)] = row[d] / sc;
+        for (int64_t d = h * D; d < (h + 1) * D; ++d) y[d] = row[d] / sc;
       }
-      e4m3_encode_f32(y.data(), codes.data(), W);
-      e4m3_decode_f32(codes.data(), y.data(), W);
+      e4m3_encode_f32(y, codes.data(), W);
+      e4m3_decode_f32(codes.data(), y, W);
       for (int64_t h = 0; h < heads; ++h) {
         const float sc = scale[static_cast<size_t>(h / heads_per_scale)];
-        for (int64_t d = h * D; d < (h + 1) * D; ++d) row[d] = y[static_cast<size_t>(d)] * sc;
+        for (int64_t d = h * D; d < (h + 1) * D; ++d) row[d] = y[d] * sc;
       }
     }
   });
@@ -92,7 +93,8 @@ void round_heads_to_e4m3(float* x, int64_t N, int64_t heads, int64_t D, int64_t 
 //   o, q [N, Hq*D]      k, v [N, Hkv*D]
 void prefix_attention_forward(float* o, const float* q, const float* k, const float* v,
                               const std::vector<int64_t>& context_begin, const std::vector<int32_t>& context,
-                              int64_t Hq, int64_t Hkv, int64_t D, bool bf16) {
+                              int64_t Hq, int64_t Hkv, int64_t D, bool bf16,
+                              const AttentionHeadScales* head_scales) {
   constexpr int64_t kRowsPerTask = 16;
   const int64_t N = static_cast<int64_t>(context_begin.size()) - 1, ldq = Hq * D, ldkv = Hkv * D, group = Hq / Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -116,7 +118,9 @@ void prefix_attention_forward(float* o, const float* q, const float* k, const fl
           for (AttentionRows& run : runs)
             run = {static_cast<const float*>(run.k) + D, static_cast<const float*>(run.v) + D, run.rows};
         attention_group_kv(o + n * ldq + g * group * D, D, probs.data(), len, q + n * ldq + g * group * D, D, group,
-                           runs.data(), static_cast<int>(runs.size()), len, D, ldkv, KvElement::kF32, scale, 1.0f, bf16);
+                           runs.data(), static_cast<int>(runs.size()), len, D, ldkv, KvElement::kF32,
+                           head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f,
+                           bf16);
       }
     }
   });
@@ -324,17 +328,39 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   amax.k = amax_rows(a.k.data(), Hkv, D, rows.real_rows, amax.k_heads);
   amax.v = amax_rows(a.v.data(), Hkv, D, rows.real_rows, amax.v_heads);
   if (stop_after_qkv) return amax;
-  if (!attention_e4m3_.empty()) {  // the generator's FP8 KV values (straight-through backward)
+  // Attention reads q, k, v, or with attention_e4m3_ their E4M3 code values with the scales applied
+  // per KV head to the scores and outputs, the generator's FP8 attention arithmetic; a.q, a.k, a.v
+  // then hold the scaled values, through which the backward passes the gradient straight.
+  const float *q_att = a.q.data(), *k_att = a.k.data(), *v_att = a.v.data();
+  std::vector<float> score_scales, value_scales;
+  AttentionHeadScales head_scales;
+  if (!attention_e4m3_.empty()) {
     const AttentionE4m3Scales& sc = attention_e4m3_[static_cast<size_t>(l)];
-    if (!sc.q.empty()) round_heads_to_e4m3(a.q.data(), N, Hq, D, Hq / Hkv, sc.q);
-    round_heads_to_e4m3(a.k.data(), N, Hkv, D, 1, sc.k);
-    round_heads_to_e4m3(a.v.data(), N, Hkv, D, 1, sc.v);
+    const size_t need = static_cast<size_t>(N * (Hq + 2 * Hkv) * D);
+    if (e4m3_qkv_.size() < need) e4m3_qkv_ = AlignedBuffer<float>(need);
+    float *qc = e4m3_qkv_.data(), *kc = qc + N * Hq * D, *vc = kc + N * Hkv * D;
+    if (!sc.q.empty()) {
+      round_heads_to_e4m3(a.q.data(), qc, N, Hq, D, Hq / Hkv, sc.q);
+      q_att = qc;
+    }
+    round_heads_to_e4m3(a.k.data(), kc, N, Hkv, D, 1, sc.k);
+    round_heads_to_e4m3(a.v.data(), vc, N, Hkv, D, 1, sc.v);
+    k_att = kc, v_att = vc;
+    const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+    for (int64_t g = 0; g < Hkv; ++g) {  // the generator's expressions (GenerationEngine::forward_rows)
+      const float k_scale = sc.k[static_cast<size_t>(g)];
+      score_scales.push_back(sc.q.empty() ? k_scale * softmax_scale
+                                          : sc.q[static_cast<size_t>(g)] * k_scale * softmax_scale);
+      value_scales.push_back(sc.v[static_cast<size_t>(g)]);
+    }
+    head_scales = {score_scales.data(), value_scales.data()};
   }
+  const AttentionHeadScales* scales = score_scales.empty() ? nullptr : &head_scales;
   if (rows.context_begin.empty()) {
-    attention_forward(a.att.data(), a.probs.data(), a.q.data(), a.k.data(), a.v.data(), rows.shape, bf16_attention);
+    attention_forward(a.att.data(), a.probs.data(), q_att, k_att, v_att, rows.shape, bf16_attention, scales);
   } else {
-    prefix_attention_forward(a.att.data(), a.q.data(), a.k.data(), a.v.data(), rows.context_begin, rows.context, Hq,
-                             Hkv, D, bf16_attention);
+    prefix_attention_forward(a.att.data(), q_att, k_att, v_att, rows.context_begin, rows.context, Hq, Hkv, D,
+                             bf16_attention, scales);
   }
   round_activations(a.att.data(), N * Hq * D);
   for (int64_t n = 0; n < N; ++n)

@@ -189,6 +189,9 @@ class Transformer {
   LinearCache c_lm_head_;
   std::vector<QkvAmax> qkv_amax_;
   std::vector<AttentionE4m3Scales> attention_e4m3_;  // [n_layers] or empty
+  // With attention_e4m3_: one layer's q, k, v as E4M3 code values (unscaled) for the attention
+  // forward, which applies the scales per KV head as the generator does (layer_forward's scratch).
+  mutable AlignedBuffer<float> e4m3_qkv_;
   // Scratch of qkv_amax(): one layer's activations (reused by every layer) and the projections.
   LayerActs calib_acts_;
   AlignedBuffer<float> calib_tmp_;  // [N, C]

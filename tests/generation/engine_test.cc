@@ -189,36 +189,41 @@ TEST(Generation, Fp8KvCacheAndAttentionStayCloseToTheTrainer) {
 }
 
 // With policy.fp8_kv_attention the trainer's attention reads the E4M3 values of Q, K and V the
-// generator computed with (same scales, per layer or per KV head): the mismatch left is FP32
-// rounding (the generator multiplies the scales into the score, the trainer into the values).
+// generator computed with (same scales, per layer or per KV head) and applies the scales as the
+// generator does (to the scores and the outputs, per KV head): the two compute the same
+// arithmetic, and the generator's log-probs are the trainer's bit for bit, with FP32 and BF16
+// attention alike.
 TEST(Generation, TrainerAttendingOverTheFp8KvValuesAgreesWithTheGenerator) {
-  Transformer t = make_trainer(test_config(true), Precision::kFP8, 5, 3.0f);
-  const auto prompts = make_prompts(5, 2);
-  GenerationEngine bf16_kv(t.config(), t.policy(), {});
-  refit_generator_weights(t, bf16_kv);
-  trainer_logprobs(t, prompts, bf16_kv.generate(prompts, 3, sampling_options(12, 8)), 3);
-  const std::vector<Transformer::QkvAmax> amax = t.last_qkv_amax();
-  for (const KvScaleGranularity granularity : {KvScaleGranularity::kLayer, KvScaleGranularity::kHead}) {
-    for (const bool fp8_attention : {true, false}) {
-      EngineOptions eo;
-      eo.kv_dtype = KvDtype::kFP8;
-      eo.fp8_attention = fp8_attention;
-      GenerationEngine e(t.config(), t.policy(), eo);
-      refit_generator_weights(t, e);
-      const std::vector<QkvScales> scales = kv_scales_from_amax(amax, granularity);
-      e.set_kv_scales(scales);
-      const auto seqs = e.generate(prompts, 3, sampling_options(12, 7));
-      t.set_attention_e4m3_scales(attention_e4m3_scales(scales, t.config().n_kv_heads, fp8_attention));
-      const double err = token_mult_prob_error(seqs, trainer_logprobs(t, prompts, seqs, 3));
-      t.set_attention_e4m3_scales({});
-      const double err_off = token_mult_prob_error(seqs, trainer_logprobs(t, prompts, seqs, 3));
-      std::printf("%s scales, fp8 attention %d: token_mult_prob_error %.6f (trainer on BF16 values: %.5f)\n",
-                  kv_scale_granularity_name(granularity), fp8_attention, err, err_off);
-      EXPECT_LT(err, 1.002);  // FP32 rounding order, which a BF16 rounding point may amplify
-      EXPECT_GT(err_off, err);
+  for (const Precision attention : {Precision::kF32, Precision::kBF16}) {
+    Transformer t = make_trainer(test_config(true), Precision::kFP8, 5, 3.0f, attention);
+    const auto prompts = make_prompts(5, 2);
+    GenerationEngine bf16_kv(t.config(), t.policy(), {});
+    refit_generator_weights(t, bf16_kv);
+    trainer_logprobs(t, prompts, bf16_kv.generate(prompts, 3, sampling_options(12, 8)), 3);
+    const std::vector<Transformer::QkvAmax> amax = t.last_qkv_amax();
+    for (const KvScaleGranularity granularity : {KvScaleGranularity::kLayer, KvScaleGranularity::kHead}) {
+      for (const bool fp8_attention : {true, false}) {
+        EngineOptions eo;
+        eo.kv_dtype = KvDtype::kFP8;
+        eo.fp8_attention = fp8_attention;
+        GenerationEngine e(t.config(), t.policy(), eo);
+        refit_generator_weights(t, e);
+        const std::vector<QkvScales> scales = kv_scales_from_amax(amax, granularity);
+        e.set_kv_scales(scales);
+        const auto seqs = e.generate(prompts, 3, sampling_options(12, 7));
+        t.set_attention_e4m3_scales(attention_e4m3_scales(scales, t.config().n_kv_heads, fp8_attention));
+        const double err = token_mult_prob_error(seqs, trainer_logprobs(t, prompts, seqs, 3));
+        t.set_attention_e4m3_scales({});
+        const double err_off = token_mult_prob_error(seqs, trainer_logprobs(t, prompts, seqs, 3));
+        std::printf("%s attention, %s scales, fp8 attention %d: token_mult_prob_error %.6f (trainer on BF16 values: "
+                    "%.5f)\n",
+                    precision_name(attention), kv_scale_granularity_name(granularity), fp8_attention, err, err_off);
+        EXPECT_EQ(err, 1.0);
+        EXPECT_GT(err_off, 1.01);
+      }
     }
+    EXPECT_THROW(t.set_attention_e4m3_scales(std::vector<Transformer::AttentionE4m3Scales>(1)), Error);
   }
-  EXPECT_THROW(t.set_attention_e4m3_scales(std::vector<Transformer::AttentionE4m3Scales>(1)), Error);
 }
 
 TEST(Generation, PrefixSharingAndContinuousBatchingDoNotChangeResults) {

@@ -24,8 +24,8 @@ namespace {
 FP8RL_AVX512_BEGIN
 // One vdpbf16ps on 16 lanes: acc[l] += a[2l+1] b[2l+1] + a[2l] b[2l] as the hardware adds them.
 void vdpbf16ps(float acc[16], const bf16_t a[32], const bf16_t b[32]) {
-  const __m512 r = _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(a),
-                                    (__m512bh)_mm512_loadu_si512(b));
+  const __m512 r =
+      _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512(a), (__m512bh)_mm512_loadu_si512(b));
   _mm512_storeu_ps(acc, r);
 }
 FP8RL_AVX512_END
@@ -111,41 +111,41 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
     fill_normal(v.data(), c.len * c.stride, 0.0f, 1.0f, 5, 3);
     if (c.D >= 16) q[3] = -0.0f, k[3] = 0.0f;  // a signed zero product
     for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3})
-    for (const bool bf16 : {false, true}) {  // attention_precision fp32 and bf16
-      const TypedRows rows{element, store_as(element, k), store_as(element, v)};
-      std::vector<float> want(static_cast<size_t>(c.D)), want_p(static_cast<size_t>(c.len));
-      std::vector<float> scratch(static_cast<size_t>(2 * c.D));
-      auto loader = [&](const std::vector<uint8_t>& stored) {
-        return [&](int64_t j, float* buf) {
-          for (int64_t d = 0; d < c.D; ++d) buf[d] = rows.value(stored, j * c.stride + d);
-          return static_cast<const float*>(buf);
+      for (const bool bf16 : {false, true}) {  // attention_precision fp32 and bf16
+        const TypedRows rows{element, store_as(element, k), store_as(element, v)};
+        std::vector<float> want(static_cast<size_t>(c.D)), want_p(static_cast<size_t>(c.len));
+        std::vector<float> scratch(static_cast<size_t>(2 * c.D));
+        auto loader = [&](const std::vector<uint8_t>& stored) {
+          return [&](int64_t j, float* buf) {
+            for (int64_t d = 0; d < c.D; ++d) buf[d] = rows.value(stored, j * c.stride + d);
+            return static_cast<const float*>(buf);
+          };
         };
-      };
-      if (bf16) {
-        attention_row_bf16(want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale,
-                           loader(rows.k), loader(rows.v), scratch.data());
-      } else {
-        attention_row(want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale, loader(rows.k),
-                      loader(rows.v), scratch.data());
+        if (bf16) {
+          attention_row_bf16(want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale,
+                             loader(rows.k), loader(rows.v), scratch.data());
+        } else {
+          attention_row(want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale, loader(rows.k),
+                        loader(rows.v), scratch.data());
+        }
+        const int64_t row_bytes = c.stride * kv_element_bytes(element);
+        std::vector<AttentionRows> runs;
+        const int64_t first = c.split < 0 ? c.len : c.split;
+        if (first > 0) runs.push_back({rows.k.data(), rows.v.data(), first});
+        for (int64_t j = first; j < c.len; j += 16)
+          runs.push_back(
+              {rows.k.data() + j * row_bytes, rows.v.data() + j * row_bytes, std::min<int64_t>(16, c.len - j)});
+        for (Isa isa : testing::available_isas()) {
+          std::vector<float> got(want.size(), 7.0f), got_p(want_p.size(), 7.0f);
+          attention_row_kv(got.data(), got_p.data(), q.data(), runs.data(), static_cast<int>(runs.size()), c.len, c.D,
+                           c.stride, element, c.score_scale, c.value_scale, bf16, isa);
+          const std::string what = std::string(isa_name(isa)) + " element " +
+                                   std::to_string(static_cast<int>(element)) + " D=" + std::to_string(c.D) +
+                                   " len=" + std::to_string(c.len) + (bf16 ? " bf16" : "");
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << what;
+          EXPECT_EQ(0, std::memcmp(got_p.data(), want_p.data(), want_p.size() * 4)) << what;
+        }
       }
-      const int64_t row_bytes = c.stride * kv_element_bytes(element);
-      std::vector<AttentionRows> runs;
-      const int64_t first = c.split < 0 ? c.len : c.split;
-      if (first > 0) runs.push_back({rows.k.data(), rows.v.data(), first});
-      for (int64_t j = first; j < c.len; j += 16)
-        runs.push_back(
-            {rows.k.data() + j * row_bytes, rows.v.data() + j * row_bytes, std::min<int64_t>(16, c.len - j)});
-      for (Isa isa : testing::available_isas()) {
-        std::vector<float> got(want.size(), 7.0f), got_p(want_p.size(), 7.0f);
-        attention_row_kv(got.data(), got_p.data(), q.data(), runs.data(), static_cast<int>(runs.size()), c.len, c.D,
-                         c.stride, element, c.score_scale, c.value_scale, bf16, isa);
-        const std::string what = std::string(isa_name(isa)) + " element " + std::to_string(static_cast<int>(element)) +
-                                 " D=" + std::to_string(c.D) + " len=" + std::to_string(c.len) +
-                                 (bf16 ? " bf16" : "");
-        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << what;
-        EXPECT_EQ(0, std::memcmp(got_p.data(), want_p.data(), want_p.size() * 4)) << what;
-      }
-    }
   }
 }
 
@@ -154,7 +154,8 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
 TEST(AttentionRow, Bf16TinyValuesFlushAsTheTemplate) {
   const int64_t D = 48, len = 37;
   std::vector<float> q(static_cast<size_t>(D)), k(static_cast<size_t>(len * D)), v(k.size());
-  for (int64_t i = 0; i < D; ++i) q[static_cast<size_t>(i)] = bf16_to_f32(random_bf16(31, static_cast<uint64_t>(i), 60, 70));
+  for (int64_t i = 0; i < D; ++i)
+    q[static_cast<size_t>(i)] = bf16_to_f32(random_bf16(31, static_cast<uint64_t>(i), 60, 70));
   for (int64_t i = 0; i < len * D; ++i) {
     k[static_cast<size_t>(i)] = bf16_to_f32(random_bf16(32, static_cast<uint64_t>(i), 55, 70));
     v[static_cast<size_t>(i)] = bf16_to_f32(random_bf16(33, static_cast<uint64_t>(i), 0, 6));
@@ -192,23 +193,24 @@ TEST(AttentionRow, GroupOfHeadsGivesEachHeadsSingleRowBits) {
                                     {kr.data() + 20 * row_bytes, vr.data() + 20 * row_bytes, len - 20}};
       for (int64_t heads = 1; heads <= 3; ++heads)
         for (const bool bf16 : {false, true})
-        for (Isa isa : testing::available_isas()) {
-          std::vector<float> out(static_cast<size_t>(heads * out_stride), 7.0f),
-              p(static_cast<size_t>(heads * 60), 7.0f);
-          attention_group_kv(out.data(), out_stride, p.data(), 60, q.data(), q_stride, heads, runs, 2, len, D, stride,
-                             element, 0.125f, 0.5f, bf16, isa);
-          for (int64_t h = 0; h < heads; ++h) {
-            std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(len));
-            attention_row_kv(want.data(), want_p.data(), q.data() + h * q_stride, runs, 2, len, D, stride, element,
-                             0.125f, 0.5f, bf16, Isa::kPortable);
-            const std::string what = std::string(isa_name(isa)) + " element " +
-                                     std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) + " heads " +
-                                     std::to_string(heads) + " head " + std::to_string(h) + (bf16 ? " bf16" : "");
-            EXPECT_EQ(0, std::memcmp(out.data() + h * out_stride, want.data(), want.size() * 4)) << what;
-            EXPECT_EQ(0, std::memcmp(p.data() + h * 60, want_p.data(), want_p.size() * 4)) << what;
-            EXPECT_EQ(out[static_cast<size_t>(h * out_stride + D)], 7.0f) << what << ": wrote past D";
+          for (Isa isa : testing::available_isas()) {
+            std::vector<float> out(static_cast<size_t>(heads * out_stride), 7.0f),
+                p(static_cast<size_t>(heads * 60), 7.0f);
+            attention_group_kv(out.data(), out_stride, p.data(), 60, q.data(), q_stride, heads, runs, 2, len, D, stride,
+                               element, 0.125f, 0.5f, bf16, isa);
+            for (int64_t h = 0; h < heads; ++h) {
+              std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(len));
+              attention_row_kv(want.data(), want_p.data(), q.data() + h * q_stride, runs, 2, len, D, stride, element,
+                               0.125f, 0.5f, bf16, Isa::kPortable);
+              const std::string what = std::string(isa_name(isa)) + " element " +
+                                       std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) +
+                                       " heads " + std::to_string(heads) + " head " + std::to_string(h) +
+                                       (bf16 ? " bf16" : "");
+              EXPECT_EQ(0, std::memcmp(out.data() + h * out_stride, want.data(), want.size() * 4)) << what;
+              EXPECT_EQ(0, std::memcmp(p.data() + h * 60, want_p.data(), want_p.size() * 4)) << what;
+              EXPECT_EQ(out[static_cast<size_t>(h * out_stride + D)], 7.0f) << what << ": wrote past D";
+            }
           }
-        }
     }
   }
 }
@@ -228,30 +230,30 @@ TEST(AttentionRow, QueriesOfDifferentLengthsGiveEachQuerysSingleRowBits) {
       const AttentionRows runs[] = {{kr.data(), vr.data(), 17},
                                     {kr.data() + 17 * row_bytes, vr.data() + 17 * row_bytes, rows - 17}};
       for (const bool bf16 : {false, true})
-      for (Isa isa : testing::available_isas()) {
-        std::vector<float> out(static_cast<size_t>(queries_n * D), 7.0f),
-            p(static_cast<size_t>(queries_n * rows), 7.0f);
-        std::vector<AttentionQuery> queries;
-        for (int64_t i = 0; i < queries_n; ++i)  // lengths 45, 44, ..., 35 (out of order on purpose)
-          queries.push_back({q.data() + i * D, out.data() + i * D, p.data() + i * rows, rows - (i * 7) % queries_n});
-        attention_queries_kv(queries.data(), static_cast<int>(queries.size()), runs, 2, D, stride, element, 0.125f,
-                             0.5f, bf16, isa);
-        for (const AttentionQuery& a : queries) {
-          std::vector<AttentionRows> own = {runs[0], runs[1]};
-          own[1].rows = a.len - 17;
-          std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(a.len));
-          attention_row_kv(want.data(), want_p.data(), a.q, own.data(), 2, a.len, D, stride, element, 0.125f, 0.5f,
-                           bf16, Isa::kPortable);
-          const std::string what = std::string(isa_name(isa)) + " element " +
-                                   std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) + " len " +
-                                   std::to_string(a.len) + (bf16 ? " bf16" : "");
-          EXPECT_EQ(0, std::memcmp(a.out, want.data(), want.size() * 4)) << what;
-          EXPECT_EQ(0, std::memcmp(a.probs, want_p.data(), want_p.size() * 4)) << what;
-          if (a.len < rows) {
-            EXPECT_EQ(a.probs[a.len], 7.0f) << what << ": wrote past len";
+        for (Isa isa : testing::available_isas()) {
+          std::vector<float> out(static_cast<size_t>(queries_n * D), 7.0f),
+              p(static_cast<size_t>(queries_n * rows), 7.0f);
+          std::vector<AttentionQuery> queries;
+          for (int64_t i = 0; i < queries_n; ++i)  // lengths 45, 44, ..., 35 (out of order on purpose)
+            queries.push_back({q.data() + i * D, out.data() + i * D, p.data() + i * rows, rows - (i * 7) % queries_n});
+          attention_queries_kv(queries.data(), static_cast<int>(queries.size()), runs, 2, D, stride, element, 0.125f,
+                               0.5f, bf16, isa);
+          for (const AttentionQuery& a : queries) {
+            std::vector<AttentionRows> own = {runs[0], runs[1]};
+            own[1].rows = a.len - 17;
+            std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(a.len));
+            attention_row_kv(want.data(), want_p.data(), a.q, own.data(), 2, a.len, D, stride, element, 0.125f, 0.5f,
+                             bf16, Isa::kPortable);
+            const std::string what = std::string(isa_name(isa)) + " element " +
+                                     std::to_string(static_cast<int>(element)) + " D " + std::to_string(D) + " len " +
+                                     std::to_string(a.len) + (bf16 ? " bf16" : "");
+            EXPECT_EQ(0, std::memcmp(a.out, want.data(), want.size() * 4)) << what;
+            EXPECT_EQ(0, std::memcmp(a.probs, want_p.data(), want_p.size() * 4)) << what;
+            if (a.len < rows) {
+              EXPECT_EQ(a.probs[a.len], 7.0f) << what << ": wrote past len";
+            }
           }
         }
-      }
     }
   }
 }
@@ -267,14 +269,15 @@ TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
     const AttentionRows one{k.data(), v.data(), 1};
     const float want = 0.0f + e4m3_to_f32(static_cast<uint8_t>(code));  // the output sum starts at +0
     for (const bool bf16 : {false, true})
-    for (Isa isa : testing::available_isas()) {
-      std::vector<float> out(16), p(1);
-      attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 1, 16, 16, KvElement::kE4M3, 1.0f, 1.0f, bf16, isa);
-      if (std::isnan(want))
-        EXPECT_TRUE(std::isnan(out[0])) << isa_name(isa) << " code " << code;
-      else
-        EXPECT_EQ(std::bit_cast<uint32_t>(out[0]), std::bit_cast<uint32_t>(want)) << isa_name(isa) << " code " << code;
-    }
+      for (Isa isa : testing::available_isas()) {
+        std::vector<float> out(16), p(1);
+        attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 1, 16, 16, KvElement::kE4M3, 1.0f, 1.0f, bf16, isa);
+        if (std::isnan(want))
+          EXPECT_TRUE(std::isnan(out[0])) << isa_name(isa) << " code " << code;
+        else
+          EXPECT_EQ(std::bit_cast<uint32_t>(out[0]), std::bit_cast<uint32_t>(want))
+              << isa_name(isa) << " code " << code;
+      }
   }
 }
 
