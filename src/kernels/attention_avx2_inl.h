@@ -167,5 +167,22 @@ inline void widen_row(const uint8_t* row, int64_t D, int64_t padded, float* out)
     _mm256_storeu_ps(out + 8 * c, 8 * c < D ? load_chunk<E>(row, c, D) : _mm256_setzero_ps());
 }
 
+// out[8 c0 .. 8 (c0 + NC)) of each of H queries from its accumulators, times value_scale (lanes
+// past D not stored).
+template <int H, int NC>
+inline void store_outputs(const AttentionQuery* qs, const __m256 (&acc)[H][NC], int64_t D, int64_t c0,
+                          float value_scale) {
+  for (int h = 0; h < H; ++h)
+    for (int c = 0; c < NC; ++c) {
+      __m256 o = acc[h][c];
+      if (value_scale != 1.0f) o = _mm256_mul_ps(o, _mm256_set1_ps(value_scale));
+      float* dst = qs[h].out + 8 * (c0 + c);
+      if (D - 8 * (c0 + c) >= 8)
+        _mm256_storeu_ps(dst, o);
+      else
+        _mm256_maskstore_ps(dst, avx2::first_lanes_mask(D - 8 * (c0 + c)), o);
+    }
+}
+
 }  // namespace
 }  // namespace fp8rl::detail

@@ -29,6 +29,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cpu_features.h"
 #include "numerics/bf16.h"
@@ -176,6 +177,16 @@ inline void attention_row_kv(float* out, float* probs, const float* q, const Att
 }
 
 namespace detail {
+// fn(std::integral_constant<KvElement, element>{}): a row element type as a template argument.
+template <typename Fn>
+void with_element(KvElement element, const Fn& fn) {
+  switch (element) {
+    case KvElement::kF32: return fn(std::integral_constant<KvElement, KvElement::kF32>{});
+    case KvElement::kBF16: return fn(std::integral_constant<KvElement, KvElement::kBF16>{});
+    case KvElement::kE4M3: return fn(std::integral_constant<KvElement, KvElement::kE4M3>{});
+  }
+}
+
 // The paths of attention_queries_kv, after its checks: the portable one (the templates with row
 // loaders), AVX2 (attention_row_avx2.cc for fp32, attention_row_bf16_avx2.cc for bf16) and
 // AVX-512 (attention_row_avx512.cc for fp32, attention_row_bf16_avx512.cc for bf16 on vdpbf16ps).

@@ -67,16 +67,7 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
       }
     }
   }
-  for (int h = 0; h < H; ++h)
-    for (int c = 0; c < NC; ++c) {
-      __m256 o = acc[h][c];
-      if (value_scale != 1.0f) o = _mm256_mul_ps(o, _mm256_set1_ps(value_scale));
-      float* dst = qs[h].out + 8 * (c0 + c);
-      if (D - 8 * (c0 + c) >= 8)
-        _mm256_storeu_ps(dst, o);
-      else
-        _mm256_maskstore_ps(dst, avx2::first_lanes_mask(D - 8 * (c0 + c)), o);
-    }
+  store_outputs<H, NC>(qs, acc, D, c0, value_scale);
 }
 
 template <KvElement E>
@@ -148,17 +139,9 @@ void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, c
   if (bf16)
     return attention_queries_kv_bf16_avx2(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
                                           value_scale);
-  switch (element) {
-    case KvElement::kF32:
-      return attention_queries_typed<KvElement::kF32>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                      value_scale);
-    case KvElement::kBF16:
-      return attention_queries_typed<KvElement::kBF16>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
-    case KvElement::kE4M3:
-      return attention_queries_typed<KvElement::kE4M3>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
-  }
+  with_element(element, [&](auto e) {
+    attention_queries_typed<e>(queries, num_queries, runs, num_runs, D, stride, score_scale, value_scale);
+  });
 }
 
 }  // namespace fp8rl::detail

@@ -60,9 +60,7 @@ inline __m256 probability_operand(const float* p) {
 }
 
 // [x0 x1 | x2 x3] (64-bit pieces) -> [x0 x2 | x1 x3]: shuffle_ps's lane-wise result in element order.
-inline __m256 in_element_order(__m256 x) {
-  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(x), 0xD8));
-}
+inline __m256 in_element_order(__m256 x) { return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(x), 0xD8)); }
 
 // A row as `padded` (a multiple of 32) floats in pair order with the low 16 bits cleared, zeros
 // past D: out[32 c + l] = element 32 c + 2 l + 1, out[32 c + 16 + l] = element 32 c + 2 l.
@@ -127,16 +125,7 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
       }
     }
   }
-  for (int h = 0; h < H; ++h)
-    for (int c = 0; c < NC; ++c) {
-      __m256 o = acc[h][c];
-      if (value_scale != 1.0f) o = _mm256_mul_ps(o, _mm256_set1_ps(value_scale));
-      float* dst = qs[h].out + 8 * (c0 + c);
-      if (D - 8 * (c0 + c) >= 8)
-        _mm256_storeu_ps(dst, o);
-      else
-        _mm256_maskstore_ps(dst, avx2::first_lanes_mask(D - 8 * (c0 + c)), o);
-    }
+  store_outputs<H, NC>(qs, acc, D, c0, value_scale);
 }
 
 template <KvElement E>
@@ -219,17 +208,9 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 void attention_queries_kv_bf16_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                     int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
                                     float value_scale) {
-  switch (element) {
-    case KvElement::kF32:
-      return attention_queries_typed<KvElement::kF32>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                      value_scale);
-    case KvElement::kBF16:
-      return attention_queries_typed<KvElement::kBF16>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
-    case KvElement::kE4M3:
-      return attention_queries_typed<KvElement::kE4M3>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
-  }
+  with_element(element, [&](auto e) {
+    attention_queries_typed<e>(queries, num_queries, runs, num_runs, D, stride, score_scale, value_scale);
+  });
 }
 
 }  // namespace fp8rl::detail

@@ -239,17 +239,9 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 void attention_queries_kv_bf16_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                       int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
                                       float value_scale) {
-  switch (element) {
-    case KvElement::kF32:
-      return attention_queries_typed<KvElement::kF32>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                      value_scale);
-    case KvElement::kBF16:
-      return attention_queries_typed<KvElement::kBF16>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
-    case KvElement::kE4M3:
-      return attention_queries_typed<KvElement::kE4M3>(queries, num_queries, runs, num_runs, D, stride, score_scale,
-                                                       value_scale);
-  }
+  with_element(element, [&](auto e) {
+    attention_queries_typed<e>(queries, num_queries, runs, num_runs, D, stride, score_scale, value_scale);
+  });
 }
 
 }  // namespace fp8rl::detail
