@@ -30,6 +30,7 @@
 // decode cases, which run with it).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -312,6 +313,15 @@ void run_capacity_case(const GenerateBenchSetup& s, const BenchOptions& options)
 }  // namespace
 
 void run_generate_bench(const BenchOptions& options, bool quick) {
+  for (size_t start = 0; !options.groups.empty() && start <= options.groups.size();) {
+    const size_t end = std::min(options.groups.find(',', start), options.groups.size());
+    const std::string group = options.groups.substr(start, end - start);
+    FP8RL_CHECK(group == "decode" || group == "prefill" || group == "peer" || group == "long" || group == "capacity" ||
+                    group == "large",
+                "bench generate --cases: unknown group '{}' (known: decode, prefill, peer, long, capacity, large)",
+                group);
+    start = end + 1;
+  }
   const GenerateBenchSetup s = generate_bench_setup(quick);
   const ModelConfig& c = s.config;
   const int64_t l3 = l3_cache_bytes();
