@@ -7,8 +7,8 @@
 //   score: each key row (and q) is rewritten in pair order, its low 16 bits cleared (the BF16
 //          operand): within 32 elements, the 16 odd ones (lane l: element 2 l + 1), then the 16
 //          even ones (lane l: element 2 l). The fp32 path's 16-lane dot product over that order
-//          steps lane l over the template's pairs, odd product first; the lanes of 16 keys are
-//          kept, then reduced by the template's tree with the MXCSR restored.
+//          steps lane l over the template's pairs, odd product first; the lanes of every key
+//          are kept, then reduced by the template's tree with the MXCSR restored.
 //   output: lane d over the position pairs, the odd position's FMA first; a query whose length
 //          ends inside a pair adds a zero product first, as the template does.
 #include <algorithm>
@@ -137,57 +137,57 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
   int64_t longest = 0;
   for (int i = 0; i < num_queries; ++i) longest = std::max(longest, qs[i].len);
   // Per thread, grown once: 16 key rows and the queries in pair order, a row's widening, and the
-  // 16 lanes of each query's scores of a block of 16 keys.
+  // 16 lanes of every query's score of every key ([query][key][16]).
   thread_local std::vector<float> kbuf, qbuf, wide, lanes;
-  if (kbuf.size() < static_cast<size_t>(16 * padded)) kbuf.resize(static_cast<size_t>(16 * padded));
-  if (wide.size() < static_cast<size_t>(padded)) wide.resize(static_cast<size_t>(padded));
-  if (qbuf.size() < static_cast<size_t>(num_queries * padded)) qbuf.resize(static_cast<size_t>(num_queries * padded));
-  if (lanes.size() < static_cast<size_t>(num_queries * 256)) lanes.resize(static_cast<size_t>(num_queries * 256));
+  const auto grow = [](std::vector<float>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+  };
+  grow(kbuf, 16 * padded), grow(wide, padded), grow(qbuf, num_queries * padded), grow(lanes, num_queries * longest * 16);
   for (int q = 0; q < num_queries; ++q)
     pair_order_row<KvElement::kF32>(reinterpret_cast<const uint8_t*>(qs[q].q), D, padded, wide.data(),
                                     qbuf.data() + q * padded);
-  int64_t j = 0;
-  for (int s = 0; s < num_runs && j < longest; ++s) {
-    const auto* k = static_cast<const uint8_t*>(runs[s].k);
-    for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
-      const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
-      if (i0 + 16 < runs[s].rows) {  // the next block of keys
-        prefetch_rows(k + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16, row_bytes, 0, D * kBytes);
-      } else if (s + 1 < num_runs) {
-        prefetch_rows(runs[s + 1].k, runs[s + 1].rows, row_bytes, 0, D * kBytes);
-      }
-      for (int64_t i = 0; i < n; ++i)
-        pair_order_row<E>(k + (i0 + i) * row_bytes, D, padded, wide.data(), kbuf.data() + i * padded);
-      {  // lanes[q][key][16] under FTZ, four keys at a time
-        const FlushToZero flush;
+  {  // The lanes under FTZ (one MXCSR write each way per call; the key rows' reordering is exact
+     // under it), 16 keys at a time, four at a time per query.
+    const FlushToZero flush;
+    int64_t j = 0;
+    for (int s = 0; s < num_runs && j < longest; ++s) {
+      const auto* k = static_cast<const uint8_t*>(runs[s].k);
+      for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
+        const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
+        if (i0 + 16 < runs[s].rows) {  // the next block of keys
+          prefetch_rows(k + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16, row_bytes, 0, D * kBytes);
+        } else if (s + 1 < num_runs) {
+          prefetch_rows(runs[s + 1].k, runs[s + 1].rows, row_bytes, 0, D * kBytes);
+        }
+        for (int64_t i = 0; i < n; ++i)
+          pair_order_row<E>(k + (i0 + i) * row_bytes, D, padded, wide.data(), kbuf.data() + i * padded);
         for (int q = 0; q < num_queries; ++q) {
+          float* out = lanes.data() + (q * longest + j) * 16;
           const int64_t nq = std::min(n, qs[q].len - j);
           for (int64_t i = 0; i < nq; i += 4)
             with_count<4>(nq - i, [&](auto nr) {
               __m256 lo[4], hi[4];
               lane_sums<nr>(kbuf.data() + i * padded, padded, qbuf.data() + q * padded, padded, lo, hi);
               for (int r = 0; r < nr; ++r) {
-                _mm256_storeu_ps(lanes.data() + q * 256 + (i + r) * 16, lo[r]);
-                _mm256_storeu_ps(lanes.data() + q * 256 + (i + r) * 16 + 8, hi[r]);
+                _mm256_storeu_ps(out + (i + r) * 16, lo[r]);
+                _mm256_storeu_ps(out + (i + r) * 16 + 8, hi[r]);
               }
             });
         }
+        j += n;
       }
-      for (int q = 0; q < num_queries; ++q) {  // the template's tree, 8 keys at a time
-        const int64_t nq = std::min(n, qs[q].len - j);
-        for (int64_t b = 0; b < nq; b += 8) {
-          __m256 sums[8];
-          for (int r = 0; r < 8; ++r) {
-            const float* l = lanes.data() + q * 256 + (b + r) * 16;
-            sums[r] = b + r < nq ? _mm256_add_ps(_mm256_loadu_ps(l), _mm256_loadu_ps(l + 8)) : _mm256_setzero_ps();
-          }
-          const __m256 sc = _mm256_mul_ps(reduce_tree8(sums), scale);
-          _mm256_maskstore_ps(qs[q].probs + j + b, avx2::first_lanes_mask(std::min<int64_t>(8, nq - b)), sc);
-        }
-      }
-      j += n;
     }
   }
+  for (int q = 0; q < num_queries; ++q)  // the template's tree, 8 keys at a time, without FTZ
+    for (int64_t b = 0; b < qs[q].len; b += 8) {
+      const int64_t nb = std::min<int64_t>(8, qs[q].len - b);
+      __m256 sums[8];
+      for (int r = 0; r < 8; ++r) {
+        const float* l = lanes.data() + (q * longest + b + r) * 16;
+        sums[r] = r < nb ? _mm256_add_ps(_mm256_loadu_ps(l), _mm256_loadu_ps(l + 8)) : _mm256_setzero_ps();
+      }
+      _mm256_maskstore_ps(qs[q].probs + b, avx2::first_lanes_mask(nb), _mm256_mul_ps(reduce_tree8(sums), scale));
+    }
   for (int q = 0; q < num_queries; ++q) {
     softmax(qs[q].probs, qs[q].len);
     bf16_round_f32(qs[q].probs, qs[q].len);
