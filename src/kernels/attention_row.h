@@ -54,16 +54,23 @@ inline float attention_dot(const float* a, const float* b, int64_t D) {
 // at a time (exp_f32 has bit-identical lanes, numerics/avx512_exp_inl.h).
 void attention_softmax(float* p, int64_t len, float max);
 
+// probs[j] = softmax over j of dot(q, k_j) * score_scale, for both precisions' templates.
+template <typename Dot, typename LoadK>
+void attention_scores_softmax(float* probs, const float* q, int64_t len, int64_t D, float score_scale, Dot dot,
+                              LoadK load_k, float* scratch) {
+  float max = -INFINITY;
+  for (int64_t j = 0; j < len; ++j) {
+    probs[j] = dot(q, load_k(j, scratch), D) * score_scale;
+    max = std::max(max, probs[j]);
+  }
+  attention_softmax(probs, len, max);
+}
+
 // probs[0..len) receives p. `scratch` holds D floats for the loaders.
 template <typename LoadK, typename LoadV>
 void attention_row(float* out, float* probs, const float* q, int64_t len, int64_t D, float score_scale,
                    float value_scale, LoadK load_k, LoadV load_v, float* scratch) {
-  float max = -INFINITY;
-  for (int64_t j = 0; j < len; ++j) {
-    probs[j] = attention_dot(q, load_k(j, scratch), D) * score_scale;
-    max = std::max(max, probs[j]);
-  }
-  attention_softmax(probs, len, max);
+  attention_scores_softmax(probs, q, len, D, score_scale, attention_dot, load_k, scratch);
   for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
     const float* v = load_v(j, scratch);
@@ -108,12 +115,7 @@ inline float attention_dot_bf16(const float* a, const float* b, int64_t D) {
 template <typename LoadK, typename LoadV>
 void attention_row_bf16(float* out, float* probs, const float* q, int64_t len, int64_t D, float score_scale,
                         float value_scale, LoadK load_k, LoadV load_v, float* scratch) {
-  float max = -INFINITY;
-  for (int64_t j = 0; j < len; ++j) {
-    probs[j] = attention_dot_bf16(q, load_k(j, scratch), D) * score_scale;
-    max = std::max(max, probs[j]);
-  }
-  attention_softmax(probs, len, max);
+  attention_scores_softmax(probs, q, len, D, score_scale, attention_dot_bf16, load_k, scratch);
   for (int64_t j = 0; j < len; ++j) probs[j] = bf16_to_f32(f32_to_bf16(probs[j]));
   for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < len; j += 2) {
