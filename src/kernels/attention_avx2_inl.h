@@ -21,7 +21,7 @@ namespace {
 
 // Elements [8 c, 8 c + 8) of a row as exact FP32; lanes past D are +0 (and nothing past D is read).
 template <KvElement E>
-inline __m256 load_chunk(const uint8_t* row, int64_t c, int64_t D) {
+[[gnu::always_inline]] inline __m256 load_chunk(const uint8_t* row, int64_t c, int64_t D) {
   const int64_t left = D - 8 * c;
   if constexpr (E == KvElement::kF32) {
     const float* p = reinterpret_cast<const float*>(row) + 8 * c;

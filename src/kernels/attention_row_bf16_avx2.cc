@@ -67,6 +67,31 @@ inline __m256 in_element_order(__m256 x) { return _mm256_castpd_ps(_mm256_permut
 // `wide` holds `padded` floats of scratch.
 template <KvElement E>
 inline void pair_order_row(const uint8_t* row, int64_t D, int64_t padded, float* wide, float* out) {
+  if constexpr (E == KvElement::kE4M3) {
+    // Codes reordered before decoding, 32 at a time: the decoded values are exact BF16 values and
+    // never FP32 denormals, so they are their own BF16 operands.
+    for (int64_t c = 0; c < padded; c += 32) {
+      __m256i codes;
+      if (c + 32 <= D) {
+        codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c));
+      } else {  // code 0 decodes to +0
+        alignas(32) uint8_t buf[32] = {};
+        if (c < D) std::memcpy(buf, row + c, static_cast<size_t>(D - c));
+        codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+      }
+      // Per 16-byte lane: its 8 odd codes, then its 8 even ones; then the quadwords in the order
+      // odd 0-15, odd 16-31, even 0-15, even 16-31.
+      const __m256i split = _mm256_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14,  //
+                                             1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14);
+      const __m256i ordered = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(codes, split), 0xD8);
+      const __m128i lo = _mm256_castsi256_si128(ordered), hi = _mm256_extracti128_si256(ordered, 1);
+      _mm256_storeu_ps(out + c, avx2::e4m3_decode8(lo));
+      _mm256_storeu_ps(out + c + 8, avx2::e4m3_decode8(_mm_unpackhi_epi64(lo, lo)));
+      _mm256_storeu_ps(out + c + 16, avx2::e4m3_decode8(hi));
+      _mm256_storeu_ps(out + c + 24, avx2::e4m3_decode8(_mm_unpackhi_epi64(hi, hi)));
+    }
+    return;
+  }
   widen_row<E>(row, D, padded, wide);
   for (int64_t c = 0; c < padded; c += 32)
     for (int64_t h = 0; h < 2; ++h) {  // the pairs of elements c + 16 h .. c + 16 h + 15: lanes 8 h .. 8 h + 7
