@@ -48,6 +48,8 @@ void run_numerics_bench(const BenchOptions& options) {
   Tensor y(DType::kF32, Shape{rows, cols});
   QuantizedTensor q_rows(ScalingMode::kRows1x128, rows, cols, ScaleFormat::kFp32, false);
   QuantizedTensor q_blocks(ScalingMode::kBlocks128x128, rows, cols, ScaleFormat::kFp32, false);
+  // The training step's activations and gradients: 1x128 rows and the column-wise copy together.
+  QuantizedTensor q_both(ScalingMode::kRows1x128, rows, cols, ScaleFormat::kFp32, /*with_columnwise=*/true);
   quantize_into(x.view(), q_blocks);
   e4m3_encode_f32(x.data<float>(), codes.data(), n);
 
@@ -71,6 +73,8 @@ void run_numerics_bench(const BenchOptions& options) {
       {"e4m3_encode", f32_bytes, code_bytes, false,
        [&](Isa isa) { e4m3_encode_f32(x.data<float>(), codes.data(), n, isa); }},
       {"quantize_rows_1x128", f32_bytes, code_bytes, false, [&](Isa isa) { quantize_into(x.view(), q_rows, isa); }},
+      {"quantize_rows_1x128_and_columnwise", f32_bytes, code_bytes * 2, false,
+       [&](Isa isa) { quantize_into(x.view(), q_both, isa); }},
       {"quantize_blocks_128x128", f32_bytes, code_bytes, false,
        [&](Isa isa) { quantize_into(x.view(), q_blocks, isa); }},
       {"dequantize_blocks_128x128", code_bytes, f32_bytes, true,

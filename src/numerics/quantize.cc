@@ -5,6 +5,7 @@
 #include <emmintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -192,8 +193,8 @@ void transpose16x16_bytes(const uint8_t* src, int64_t src_ld, uint8_t* dst, int6
 // blocks, the edges byte by byte.
 void transpose_bytes(const uint8_t* src, int64_t src_ld, int64_t rows, int64_t cols, uint8_t* dst, int64_t dst_ld) {
   const int64_t rows16 = rows / 16 * 16, cols16 = cols / 16 * 16;
-  for (int64_t r = 0; r < rows16; r += 16)
-    for (int64_t c = 0; c < cols16; c += 16) transpose16x16_bytes(src + r * src_ld + c, src_ld, dst + c * dst_ld + r, dst_ld);
+  for (int64_t c = 0; c < cols16; c += 16)  // the destination's rows written one after another
+    for (int64_t r = 0; r < rows16; r += 16) transpose16x16_bytes(src + r * src_ld + c, src_ld, dst + c * dst_ld + r, dst_ld);
   for (int64_t c = 0; c < cols; ++c)
     for (int64_t r = c < cols16 ? rows16 : 0; r < rows; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
 }
@@ -219,36 +220,29 @@ void quantize_cols_128x1(const Source& x, const SourceKernels& k, ScaleFormat f,
 }
 
 // A 1x128 tensor and its column-wise copy (the transposed 128x1 quantization) together, with
-// the same bytes and scales as quantize_rows_1x128 then quantize_cols_128x1: each 128-row x
-// kColPanel-column panel is read once from memory for both kinds of amax (a row's piece of the
-// panel is read again for its 1x128 blocks while it is in L1), then twice from L2 to encode both
-// copies, instead of two passes over the source from memory.
+// the same bytes and scales as quantize_rows_1x128 then quantize_cols_128x1, one 128 x 128 block
+// at a time: the block is read once from memory for both kinds of amax, then once from L2 to
+// encode both copies; the column-wise codes go to a 16 KiB tile in L1 and are transposed from
+// there, each destination column's 128 bytes (two whole lines) written in one go.
 void quantize_rows_and_cols(const Source& x, const SourceKernels& k, ScaleFormat f, QuantizedMatrix& q,
                             QuantizedMatrix& t) {
   const int64_t row_blocks = (x.rows + kB - 1) / kB, blocks = q.scales().cols;
   kernel_thread_pool().parallel_for(row_blocks, [&](int64_t rb) {
-    constexpr int64_t kPanelBlocks = kColPanel / kB;
-    std::vector<uint32_t> col_amax(static_cast<size_t>(kColPanel)), row_amax(static_cast<size_t>(kB * kPanelBlocks));
-    std::vector<float> col_qs(static_cast<size_t>(kColPanel)), row_qs(static_cast<size_t>(kB * kPanelBlocks));
-    std::vector<uint8_t> tile(static_cast<size_t>(kB * kColPanel));
+    std::array<uint32_t, kB> col_amax, row_amax;
+    std::array<float, kB> col_qs, row_qs;
+    alignas(64) std::array<uint8_t, kB * kB> tile;
     const int64_t r0 = rb * kB, m = std::min(kB, x.rows - r0);
-    for (int64_t c0 = 0; c0 < x.cols; c0 += kColPanel) {
-      const int64_t n = std::min(kColPanel, x.cols - c0), nb = (n + kB - 1) / kB, cb0 = c0 / kB;
-      std::fill(col_amax.begin(), col_amax.end(), 0u);
-      std::fill(row_amax.begin(), row_amax.end(), 0u);
-      for (int64_t i = 0; i < m; ++i) {
-        k.amax_bits_accumulate(x.at(r0 + i, c0), n, col_amax.data());
-        k.amax_bits_blocks(x.at(r0 + i, c0), x.ld, 1, n, row_amax.data() + i * kPanelBlocks);
-      }
+    for (int64_t c0 = 0, cb = 0; c0 < x.cols; c0 += kB, ++cb) {
+      const int64_t n = std::min(kB, x.cols - c0);
+      col_amax.fill(0u);
+      row_amax.fill(0u);
+      k.amax_bits_rows_and_cols(x.at(r0, c0), x.ld, m, n, col_amax.data(), row_amax.data(), 1);
       block_multipliers(col_amax.data(), n, f, col_qs.data(), t.scale_inv.data() + c0 * row_blocks + rb, row_blocks);
-      for (int64_t i = 0; i < m; ++i) {
-        block_multipliers(row_amax.data() + i * kPanelBlocks, nb, f, row_qs.data() + i * kPanelBlocks,
-                          q.scale_inv.data() + (r0 + i) * blocks + cb0, 1);
-        k.scale_encode_blocks(x.at(r0 + i, c0), n, row_qs.data() + i * kPanelBlocks,
-                              q.codes.data() + (r0 + i) * x.cols + c0, /*streaming=*/false);
-        k.scale_encode_each(x.at(r0 + i, c0), n, col_qs.data(), tile.data() + i * kColPanel);
-      }
-      transpose_bytes(tile.data(), kColPanel, m, n, t.codes.data() + c0 * x.rows + r0, x.rows);
+      block_multipliers(row_amax.data(), m, f, row_qs.data(), q.scale_inv.data() + r0 * blocks + cb, blocks);
+      for (int64_t i = 0; i < m; ++i)
+        k.scale_encode_blocks_and_each(x.at(r0 + i, c0), n, &row_qs[static_cast<size_t>(i)],
+                                       q.codes.data() + (r0 + i) * x.cols + c0, col_qs.data(), tile.data() + i * kB);
+      transpose_bytes(tile.data(), kB, m, n, t.codes.data() + c0 * x.rows + r0, x.rows);
     }
   });
 }

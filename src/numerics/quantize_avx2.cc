@@ -154,6 +154,79 @@ void scale_encode_each(const void* xv, int64_t n, const float* qs, uint8_t* out)
 }
 
 template <typename T>
+void amax_bits_rows_and_cols(const void* xv, int64_t ld, int64_t rows, int64_t cols, uint32_t* col_amax,
+                             uint32_t* row_amax, int64_t row_ld) {
+  const T* x = static_cast<const T*>(xv);
+  // 64 columns at a time: their maxima in 8 registers over the rows (with the row's maximum and
+  // the abs mask, 10 of the 16), each row's half-block maximum reduced once.
+  for (int64_t c0 = 0; c0 < cols; c0 += 64) {
+    const int64_t n = cols - c0 < 64 ? cols - c0 : 64;
+    const int64_t b = c0 / 128;
+    __m256i col[8];
+    for (int j = 0; j < 8; ++j) {
+      const int64_t left = n - 8 * j;
+      col[j] = left >= 8  ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col_amax + c0 + 8 * j))
+               : left > 0 ? _mm256_maskload_epi32(reinterpret_cast<const int*>(col_amax + c0 + 8 * j),
+                                                  first_lanes_mask(left))
+                          : _mm256_setzero_si256();
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * ld + c0;
+      __m256i t = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j) {
+        const int64_t left = n - 8 * j;
+        if (left <= 0) break;
+        const __m256i a = avx2::abs_bits8(left >= 8 ? load8(row + 8 * j) : load_part(row + 8 * j, left));
+        col[j] = _mm256_max_epu32(col[j], a);
+        t = _mm256_max_epu32(t, a);
+      }
+      __m128i h = _mm_max_epu32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+      h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4E));
+      h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xB1));
+      const uint32_t half_max = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+      uint32_t& out = row_amax[r * row_ld + b];
+      out = out > half_max ? out : half_max;
+    }
+    for (int j = 0; j < 8; ++j) {
+      const int64_t left = n - 8 * j;
+      if (left >= 8) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(col_amax + c0 + 8 * j), col[j]);
+      } else if (left > 0) {
+        _mm256_maskstore_epi32(reinterpret_cast<int*>(col_amax + c0 + 8 * j), first_lanes_mask(left), col[j]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void scale_encode_blocks_and_each(const void* xv, int64_t n, const float* qs, uint8_t* out, const float* qs_each,
+                                  uint8_t* out_each) {
+  const T* x = static_cast<const T*>(xv);
+  for (int64_t b0 = 0; b0 < n; b0 += 128) {
+    const __m256 q = _mm256_set1_ps(qs[b0 / 128]);
+    const int64_t end = n - b0 < 128 ? n : b0 + 128;
+    int64_t i = b0;
+    for (; i + 32 <= end; i += 32) {
+      __m256 v[4], blocks[4], each[4];
+      for (int j = 0; j < 4; ++j) {
+        v[j] = load8(x + i + 8 * j);
+        blocks[j] = _mm256_mul_ps(v[j], q);
+        each[j] = _mm256_mul_ps(v[j], _mm256_loadu_ps(qs_each + i + 8 * j));
+      }
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), e4m3_encode32(blocks[0], blocks[1], blocks[2], blocks[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out_each + i), e4m3_encode32(each[0], each[1], each[2], each[3]));
+    }
+    for (; i < end; i += 8) {
+      const bool full = end - i >= 8;
+      const __m256 v = full ? load8(x + i) : load_part(x + i, end - i);
+      store_codes(out + i, _mm256_mul_ps(v, q), end - i);
+      store_codes(out_each + i, _mm256_mul_ps(v, full ? _mm256_loadu_ps(qs_each + i) : load_part(qs_each + i, end - i)),
+                  end - i);
+    }
+  }
+}
+
+template <typename T>
 void decode_scale(const uint8_t* q, int64_t n, float s, void* outv) {
   T* out = static_cast<T*>(outv);
   const __m256 sv = _mm256_set1_ps(s);
@@ -172,7 +245,8 @@ void decode_scale_each(const uint8_t* q, int64_t n, const float* s, void* outv) 
 
 template <typename T>
 constexpr SourceKernels source_kernels() {
-  return {amax_bits_blocks<T>, amax_bits_accumulate<T>, scale_encode_blocks<T>, scale_encode_each<T>};
+  return {amax_bits_blocks<T>,        amax_bits_accumulate<T>,    scale_encode_blocks<T>,
+          scale_encode_each<T>,       amax_bits_rows_and_cols<T>, scale_encode_blocks_and_each<T>};
 }
 template <typename T>
 constexpr DestKernels dest_kernels() {

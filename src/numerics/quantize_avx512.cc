@@ -104,6 +104,65 @@ void scale_encode_each(const void* xv, int64_t n, const float* qs, uint8_t* out)
   }
 }
 
+template <typename T>
+void amax_bits_rows_and_cols(const void* xv, int64_t ld, int64_t rows, int64_t cols, uint32_t* col_amax,
+                             uint32_t* row_amax, int64_t row_ld) {
+  const T* x = static_cast<const T*>(xv);
+  for (int64_t c0 = 0, b = 0; c0 < cols; c0 += 128, ++b) {
+    // The block's 128 column maxima stay in registers over the rows; each row's block maximum is
+    // its 8 vectors' maximum, reduced once.
+    const int64_t n = cols - c0 < 128 ? cols - c0 : 128;
+    __mmask16 m[8];
+    __m512i col[8];
+    for (int j = 0; j < 8; ++j) {
+      m[j] = 16 * j < n ? mask16(n - 16 * j) : 0;
+      col[j] = _mm512_maskz_loadu_epi32(m[j], col_amax + c0 + 16 * j);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * ld + c0;
+      __m512i a[8];
+      for (int j = 0; j < 8; ++j) {
+        a[j] = avx512::abs_bits16(n == 128 ? load16(row + 16 * j) : load16(row + 16 * j, m[j]));
+        col[j] = _mm512_max_epu32(col[j], a[j]);
+      }
+      const __m512i t = _mm512_max_epu32(_mm512_max_epu32(_mm512_max_epu32(a[0], a[1]), _mm512_max_epu32(a[2], a[3])),
+                                         _mm512_max_epu32(_mm512_max_epu32(a[4], a[5]), _mm512_max_epu32(a[6], a[7])));
+      const uint32_t block_max = _mm512_reduce_max_epu32(t);
+      uint32_t& out = row_amax[r * row_ld + b];
+      out = out > block_max ? out : block_max;
+    }
+    for (int j = 0; j < 8; ++j) _mm512_mask_storeu_epi32(col_amax + c0 + 16 * j, m[j], col[j]);
+  }
+}
+
+template <typename T>
+void scale_encode_blocks_and_each(const void* xv, int64_t n, const float* qs, uint8_t* out, const float* qs_each,
+                                  uint8_t* out_each) {
+  const T* x = static_cast<const T*>(xv);
+  for (int64_t b0 = 0; b0 < n; b0 += 128) {
+    const __m512 q = _mm512_set1_ps(qs[b0 / 128]);
+    const int64_t end = n - b0 < 128 ? n : b0 + 128;
+    int64_t i = b0;
+    for (; i + 64 <= end; i += 64) {
+      __m512 v[4], blocks[4], each[4];
+      for (int j = 0; j < 4; ++j) {
+        v[j] = load16(x + i + 16 * j);
+        blocks[j] = _mm512_mul_ps(v[j], q);
+        each[j] = _mm512_mul_ps(v[j], _mm512_loadu_ps(qs_each + i + 16 * j));
+      }
+      _mm512_storeu_si512(out + i, avx512::e4m3_encode64(blocks[0], blocks[1], blocks[2], blocks[3]));
+      _mm512_storeu_si512(out_each + i, avx512::e4m3_encode64(each[0], each[1], each[2], each[3]));
+    }
+    for (; i < end; i += 16) {
+      const __mmask16 m = mask16(end - i);
+      const __m512 v = load16(x + i, m);
+      _mm_mask_storeu_epi8(out + i, m, avx512::e4m3_encode16(_mm512_mul_ps(v, q)));
+      _mm_mask_storeu_epi8(out_each + i, m,
+                           avx512::e4m3_encode16(_mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, qs_each + i))));
+    }
+  }
+}
+
 // Decodes 64 codes at a time and hands each group of 16 FP32 values to `emit(offset, values)`.
 template <typename Emit>
 inline void decode_groups(const uint8_t* q, int64_t n, Emit emit) {
@@ -142,7 +201,8 @@ void decode_scale_each(const uint8_t* q, int64_t n, const float* s, void* outv) 
 
 template <typename T>
 constexpr SourceKernels source_kernels() {
-  return {amax_bits_blocks<T>, amax_bits_accumulate<T>, scale_encode_blocks<T>, scale_encode_each<T>};
+  return {amax_bits_blocks<T>,        amax_bits_accumulate<T>,    scale_encode_blocks<T>,
+          scale_encode_each<T>,       amax_bits_rows_and_cols<T>, scale_encode_blocks_and_each<T>};
 }
 template <typename T>
 constexpr DestKernels dest_kernels() {

@@ -22,6 +22,16 @@ struct SourceKernels {
   void (*scale_encode_blocks)(const void* x, int64_t n, const float* qs, uint8_t* out, bool streaming);
   // out[i] = e4m3(x[i] * qs[i])
   void (*scale_encode_each)(const void* x, int64_t n, const float* qs, uint8_t* out);
+  // A 1x128 tensor's two amaxes with its column-wise copy's, in one read of a [rows, cols]
+  // region (rows `ld` elements apart): col_amax[c] = max(col_amax[c], bits(|x[r][c]|) over the
+  // rows) and row_amax[r * row_ld + b] = max(row_amax[r * row_ld + b], the largest bits(|x[r][c]|)
+  // of columns [128b, 128b + 128)); the NaN rule of amax_bits_blocks.
+  void (*amax_bits_rows_and_cols)(const void* x, int64_t ld, int64_t rows, int64_t cols, uint32_t* col_amax,
+                                  uint32_t* row_amax, int64_t row_ld);
+  // scale_encode_blocks(x, n, qs, out) and scale_encode_each(x, n, qs_each, out_each) in one read
+  // of x (plain stores).
+  void (*scale_encode_blocks_and_each)(const void* x, int64_t n, const float* qs, uint8_t* out, const float* qs_each,
+                                       uint8_t* out_each);
 };
 
 // Kernels that write a dequantized run of one dtype (FP32 or BF16), passed as `void*`.

@@ -50,6 +50,26 @@ void scale_encode_each(const void* xv, int64_t n, const float* qs, uint8_t* out)
 }
 
 template <typename T>
+void amax_bits_rows_and_cols(const void* xv, int64_t ld, int64_t rows, int64_t cols, uint32_t* col_amax,
+                             uint32_t* row_amax, int64_t row_ld) {
+  const T* x = static_cast<const T*>(xv);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint32_t a = abs_bits(load_f32(x + r * ld, c));
+      col_amax[c] = std::max(col_amax[c], a);
+      uint32_t& block = row_amax[r * row_ld + c / 128];
+      block = std::max(block, a);
+    }
+}
+
+template <typename T>
+void scale_encode_blocks_and_each(const void* xv, int64_t n, const float* qs, uint8_t* out, const float* qs_each,
+                                  uint8_t* out_each) {
+  scale_encode_blocks<T>(xv, n, qs, out, /*streaming=*/false);
+  scale_encode_each<T>(xv, n, qs_each, out_each);
+}
+
+template <typename T>
 void decode_scale(const uint8_t* q, int64_t n, float s, void* outv) {
   T* out = static_cast<T*>(outv);
   for (int64_t i = 0; i < n; ++i) store(out, i, e4m3_to_f32(q[i]) * s);
@@ -63,7 +83,8 @@ void decode_scale_each(const uint8_t* q, int64_t n, const float* s, void* outv) 
 
 template <typename T>
 constexpr SourceKernels source_kernels() {
-  return {amax_bits_blocks<T>, amax_bits_accumulate<T>, scale_encode_blocks<T>, scale_encode_each<T>};
+  return {amax_bits_blocks<T>,        amax_bits_accumulate<T>,    scale_encode_blocks<T>,
+          scale_encode_each<T>,       amax_bits_rows_and_cols<T>, scale_encode_blocks_and_each<T>};
 }
 template <typename T>
 constexpr DestKernels dest_kernels() {
