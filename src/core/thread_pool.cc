@@ -126,7 +126,12 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn,
   if (error) std::rethrow_exception(error);
 }
 
-int hardware_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+int hardware_threads() {
+  // Read once: glibc answers hardware_concurrency() by opening /sys/devices/system/cpu/online,
+  // and kernels ask on every call (a GRPO step asked 30,000 times).
+  static const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return threads;
+}
 
 ThreadPool& kernel_thread_pool() {
   static ThreadPool pool([] {
