@@ -213,11 +213,17 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
   const bool fp8_attention = fp8_kv && options_.fp8_attention;
   const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
 
-  std::vector<float> x(static_cast<size_t>(R * C)), h(x.size()), tmp(x.size());
-  std::vector<float> q(static_cast<size_t>(R * QD)), k(static_cast<size_t>(R * KD)), v(k.size()), att(q.size());
-  std::vector<float> qn, kn, rstd(static_cast<size_t>(R * Hq));
-  std::vector<float> g(static_cast<size_t>(R * F)), u(g.size()), s(g.size());
-  std::vector<int32_t> positions(static_cast<size_t>(R));
+  // The activations live in scratch_, resized (not reallocated) from call to call.
+  const auto sized = [R](auto& buf, int64_t width) -> auto& {
+    buf.resize(static_cast<size_t>(R * width));
+    return buf;
+  };
+  std::vector<float>&x = sized(scratch_.x, C), &h = sized(scratch_.h, C), &tmp = sized(scratch_.tmp, C);
+  std::vector<float>&q = sized(scratch_.q, QD), &k = sized(scratch_.k, KD), &v = sized(scratch_.v, KD);
+  std::vector<float>&att = sized(scratch_.att, QD), &rstd = sized(scratch_.rstd, Hq);
+  std::vector<float>&g = sized(scratch_.g, F), &u = sized(scratch_.u, F), &s = sized(scratch_.s, F);
+  std::vector<float>&qn = scratch_.qn, &kn = scratch_.kn;
+  std::vector<int32_t>& positions = sized(scratch_.positions, 1);
   for (int64_t r = 0; r < R; ++r) {
     const Row& row = rows[static_cast<size_t>(r)];
     FP8RL_CHECK(row.token >= 0 && row.token < config_.vocab_size, "token id {} outside the vocabulary of {}", row.token,

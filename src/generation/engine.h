@@ -174,6 +174,12 @@ class GenerationEngine {
   RopeTable rope_;
   KvCache kv_;
   GenerationStats stats_;
+  // forward_rows' activations, kept between calls: every decode step would otherwise allocate
+  // and zero them again. Each is fully written before it is read.
+  struct Scratch {
+    std::vector<float> x, h, tmp, q, k, v, att, qn, kn, rstd, g, u, s;
+    std::vector<int32_t> positions;
+  } scratch_;
 };
 
 }  // namespace fp8rl

@@ -24,7 +24,7 @@ void quantize_activation(const float* x, int64_t rows, int64_t cols, ScaleFormat
 }
 
 void to_bf16(const float* x, int64_t n, AlignedBuffer<bf16_t>& out) {
-  if (out.size() != static_cast<size_t>(n)) out = AlignedBuffer<bf16_t>(static_cast<size_t>(n));
+  out.resize(static_cast<size_t>(n));  // storage kept while it is large enough (batches of varying length)
   bf16_encode_f32(x, out.data(), n);
 }
 }  // namespace
