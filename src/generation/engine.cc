@@ -139,12 +139,17 @@ void GenerationEngine::set_kv_scales(const std::vector<QkvScales>& scales) {
 }
 
 // From how many rows a linear runs as one GEMM instead of GEMV calls of 16 rows each (same row
-// bits). The FP8 GEMV decodes the codes again on every pass over the weights, the GEMM once
-// while packing, so FP8 switches as soon as a second pass would be needed; BF16 strips are read
-// in place by the GEMV, which beats the GEMM's packing up to 4 passes (bench generate, medium:
-// 64 sequences 5.4-5.7k tok/s on the GEMV vs 4.7-5.1k on the GEMM; prefill +30 % on the GEMM).
-constexpr int64_t kGemmFromRowsFp8 = kGemvMaxRows + 1;
+// bits). BF16 strips are read in place by the GEMV, which beats the GEMM's packing up to 4
+// passes (bench generate, medium: 64 sequences 5.4-5.7k tok/s on the GEMV vs 4.7-5.1k on the
+// GEMM; prefill +30 % on the GEMM). The FP8 GEMV decodes the codes again on every pass, the GEMM
+// once while packing: with the AVX-512 decoder 4 passes still win (64 sequences: 4.9-5.9k vs
+// 3.0-4.5k tok/s on Zen 5), with the AVX2 one a second pass already loses (1.6-1.7k vs 1.9-2.2k);
+// AMX machines keep the GEMM on tiles from the second pass (not measured against 4 passes).
 constexpr int64_t kGemmFromRowsBf16 = 4 * kGemvMaxRows + 1;
+int64_t gemm_from_rows_fp8() {
+  static const int64_t rows = resolve_isa(Isa::kAuto) == Isa::kAvx512 ? 4 * kGemvMaxRows + 1 : kGemvMaxRows + 1;
+  return rows;
+}
 
 void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round) {
   const int64_t K = calls.begin()->lin->K;
@@ -164,7 +169,7 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
         gemm_nt_f32(R, c->lin->N, K, x, K, c->lin->f32.data(), K, c->y, c->lin->N, false, gemm);
       continue;
     }
-    const bool use_gemm = R >= (p == Precision::kBF16 ? kGemmFromRowsBf16 : kGemmFromRowsFp8);
+    const bool use_gemm = R >= (p == Precision::kBF16 ? kGemmFromRowsBf16 : gemm_from_rows_fp8());
     // GEMV calls take rows in groups of at most 16: every linear's output from row r0 on.
     auto gemv_targets = [&](int64_t r0) {
       std::vector<GemvTarget> at;
