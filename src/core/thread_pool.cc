@@ -128,7 +128,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t)>& fn,
 
 int hardware_threads() {
   // Read once: glibc answers hardware_concurrency() by opening /sys/devices/system/cpu/online,
-  // and kernels ask on every call (a GRPO step asked 30,000 times).
+  // and kernels ask on every call (100,478 opens in a 3-step GRPO run of the `small` model).
   static const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   return threads;
 }

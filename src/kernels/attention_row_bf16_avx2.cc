@@ -64,7 +64,7 @@ inline __m256 in_element_order(__m256 x) { return _mm256_castpd_ps(_mm256_permut
 
 // A row as `padded` (a multiple of 32) floats in pair order with the low 16 bits cleared, zeros
 // past D: out[32 c + l] = element 32 c + 2 l + 1, out[32 c + 16 + l] = element 32 c + 2 l.
-// `wide` holds `padded` floats of scratch.
+// `wide` holds `padded` floats of scratch (not used for E4M3 rows).
 template <KvElement E>
 inline void pair_order_row(const uint8_t* row, int64_t D, int64_t padded, float* wide, float* out) {
   if constexpr (E == KvElement::kE4M3) {
@@ -90,16 +90,16 @@ inline void pair_order_row(const uint8_t* row, int64_t D, int64_t padded, float*
       _mm256_storeu_ps(out + c + 16, avx2::e4m3_decode8(hi));
       _mm256_storeu_ps(out + c + 24, avx2::e4m3_decode8(_mm_unpackhi_epi64(hi, hi)));
     }
-    return;
+  } else {
+    widen_row<E>(row, D, padded, wide);
+    for (int64_t c = 0; c < padded; c += 32)
+      for (int64_t h = 0; h < 2; ++h) {  // the pairs of elements c + 16 h .. c + 16 h + 15: lanes 8 h .. 8 h + 7
+        const __m256 a = _mm256_loadu_ps(wide + c + 16 * h), b = _mm256_loadu_ps(wide + c + 16 * h + 8);
+        // shuffle_ps: [a1 a3 b1 b3 | a5 a7 b5 b7] (odd) and [a0 a2 b0 b2 | a4 a6 b4 b6] (even).
+        _mm256_storeu_ps(out + c + 8 * h, bf16_operand(in_element_order(_mm256_shuffle_ps(a, b, 0xDD))));
+        _mm256_storeu_ps(out + c + 16 + 8 * h, bf16_operand(in_element_order(_mm256_shuffle_ps(a, b, 0x88))));
+      }
   }
-  widen_row<E>(row, D, padded, wide);
-  for (int64_t c = 0; c < padded; c += 32)
-    for (int64_t h = 0; h < 2; ++h) {  // the pairs of elements c + 16 h .. c + 16 h + 15: lanes 8 h .. 8 h + 7
-      const __m256 a = _mm256_loadu_ps(wide + c + 16 * h), b = _mm256_loadu_ps(wide + c + 16 * h + 8);
-      // shuffle_ps: [a1 a3 b1 b3 | a5 a7 b5 b7] (odd) and [a0 a2 b0 b2 | a4 a6 b4 b6] (even).
-      _mm256_storeu_ps(out + c + 8 * h, bf16_operand(in_element_order(_mm256_shuffle_ps(a, b, 0xDD))));
-      _mm256_storeu_ps(out + c + 16 + 8 * h, bf16_operand(in_element_order(_mm256_shuffle_ps(a, b, 0x88))));
-    }
 }
 
 // out[8 c0 .. 8 (c0 + NC)) of H queries over position pairs: lane d adds p[2t+1] * v_2t+1[d], then

@@ -67,6 +67,14 @@ inline void store_codes(uint8_t* out, __m256 v, int64_t n) {
   }
 }
 
+// The unsigned maximum of the 8 lanes.
+inline uint32_t reduce_max(__m256i v) {
+  __m128i h = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4E));
+  h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xB1));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+}
+
 template <typename T>
 void amax_bits_blocks(const void* xv, int64_t ld, int64_t rows, int64_t cols, uint32_t* amax) {
   const T* x = static_cast<const T*>(xv);
@@ -86,11 +94,8 @@ void amax_bits_blocks(const void* xv, int64_t ld, int64_t rows, int64_t cols, ui
         if (i < n) acc[1] = _mm256_max_epu32(acc[1], avx2::abs_bits8(load_part(row + i, n - i)));
       }
     }
-    __m256i m = _mm256_max_epu32(_mm256_max_epu32(acc[0], acc[1]), _mm256_max_epu32(acc[2], acc[3]));
-    __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
-    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4E));
-    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xB1));
-    const uint32_t block_max = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+    const uint32_t block_max = reduce_max(
+        _mm256_max_epu32(_mm256_max_epu32(acc[0], acc[1]), _mm256_max_epu32(acc[2], acc[3])));
     amax[b] = amax[b] > block_max ? amax[b] : block_max;
   }
 }
@@ -180,10 +185,7 @@ void amax_bits_rows_and_cols(const void* xv, int64_t ld, int64_t rows, int64_t c
         col[j] = _mm256_max_epu32(col[j], a);
         t = _mm256_max_epu32(t, a);
       }
-      __m128i h = _mm_max_epu32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-      h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4E));
-      h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xB1));
-      const uint32_t half_max = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+      const uint32_t half_max = reduce_max(t);
       uint32_t& out = row_amax[r * row_ld + b];
       out = out > half_max ? out : half_max;
     }

@@ -30,6 +30,12 @@ inline void store16(bf16_t* out, __m512 v) {
 inline void store16(float* out, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(out, m, v); }
 inline void store16(bf16_t* out, __m512 v, __mmask16 m) { _mm256_mask_storeu_epi16(out, m, avx512::bf16_encode16(v)); }
 
+// The lane-wise unsigned maximum of 8 vectors, as a tree.
+inline __m512i max8(const __m512i (&v)[8]) {
+  return _mm512_max_epu32(_mm512_max_epu32(_mm512_max_epu32(v[0], v[1]), _mm512_max_epu32(v[2], v[3])),
+                          _mm512_max_epu32(_mm512_max_epu32(v[4], v[5]), _mm512_max_epu32(v[6], v[7])));
+}
+
 template <typename T>
 void amax_bits_blocks(const void* xv, int64_t ld, int64_t rows, int64_t cols, uint32_t* amax) {
   const T* x = static_cast<const T*>(xv);
@@ -50,9 +56,7 @@ void amax_bits_blocks(const void* xv, int64_t ld, int64_t rows, int64_t cols, ui
           acc[j] = _mm512_max_epu32(acc[j], avx512::abs_bits16(load16(row + 16 * j, mask16(n - 16 * j))));
       }
     }
-    const __m512i m = _mm512_max_epu32(_mm512_max_epu32(_mm512_max_epu32(acc[0], acc[1]), _mm512_max_epu32(acc[2], acc[3])),
-                                       _mm512_max_epu32(_mm512_max_epu32(acc[4], acc[5]), _mm512_max_epu32(acc[6], acc[7])));
-    const uint32_t block_max = _mm512_reduce_max_epu32(m);
+    const uint32_t block_max = _mm512_reduce_max_epu32(max8(acc));
     amax[b] = amax[b] > block_max ? amax[b] : block_max;
   }
 }
@@ -125,9 +129,7 @@ void amax_bits_rows_and_cols(const void* xv, int64_t ld, int64_t rows, int64_t c
         a[j] = avx512::abs_bits16(n == 128 ? load16(row + 16 * j) : load16(row + 16 * j, m[j]));
         col[j] = _mm512_max_epu32(col[j], a[j]);
       }
-      const __m512i t = _mm512_max_epu32(_mm512_max_epu32(_mm512_max_epu32(a[0], a[1]), _mm512_max_epu32(a[2], a[3])),
-                                         _mm512_max_epu32(_mm512_max_epu32(a[4], a[5]), _mm512_max_epu32(a[6], a[7])));
-      const uint32_t block_max = _mm512_reduce_max_epu32(t);
+      const uint32_t block_max = _mm512_reduce_max_epu32(max8(a));
       uint32_t& out = row_amax[r * row_ld + b];
       out = out > block_max ? out : block_max;
     }
