@@ -19,33 +19,48 @@ void check_shape(const AttentionShape& s) {
   FP8RL_CHECK(s.B > 0 && s.T > 0 && s.Hq > 0 && s.Hkv > 0 && s.D > 0 && s.Hq % s.Hkv == 0,
               "attention: bad shape B={} T={} Hq={} Hkv={} D={}", s.B, s.T, s.Hq, s.Hkv, s.D);
 }
+
+// The queries of rows [t0, t0 + rows) of sequence b, for the query heads of kv head g, in the
+// order attention_forward issues them (row-major, heads inner): head h's row t writes its
+// output to o_at(t, h) and its probabilities to p_at(t, h), which the caller sizes for t + 1.
+template <typename OAt, typename PAt>
+void attend_rows(const float* q, const float* k, const float* v, const AttentionShape& s, int64_t b, int64_t g,
+                 int64_t t0, int64_t rows, bool bf16, const AttentionHeadScales* head_scales, OAt o_at, PAt p_at,
+                 std::vector<AttentionQuery>& queries) {
+  const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv, h0 = g * group;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  queries.clear();
+  for (int64_t t = t0; t < t0 + rows; ++t)
+    for (int64_t h = h0; h < h0 + group; ++h)
+      queries.push_back({q + (b * s.T + t) * ldq + h * s.D, o_at(t, h), p_at(t, h), t + 1});
+  const AttentionRows causal{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, t0 + rows};  // stride ldkv
+  attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, ldkv, KvElement::kF32,
+                       head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f, bf16);
+}
+
+// Rows per attention_queries_kv call: they read the same K/V rows, which then come from L1 for all
+// of them instead of from L2 for each row.
+constexpr int64_t kRowsPerCall = 8;
+
 }  // namespace
 
-void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v, const AttentionShape& s,
-                       bool bf16, const AttentionHeadScales* head_scales) {
+void attention_forward(float* o, const float* q, const float* k, const float* v, const AttentionShape& s, bool bf16,
+                       const AttentionHeadScales* head_scales) {
   check_shape(s);
-  const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
-  // One task per (sequence, kv head). Its query heads and kRows consecutive rows go through one
-  // attention_queries_kv call: they read the same K/V rows, which then come from L1 for all of them
-  // instead of from L2 for each row. Disjoint outputs, the same arithmetic on any thread.
-  constexpr int64_t kRows = 8;
+  const int64_t ldq = s.Hq * s.D, group = s.Hq / s.Hkv;
+  // One task per (sequence, kv head). Disjoint outputs, the same arithmetic on any thread; P lives
+  // in the task's scratch only.
   kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
-    const int64_t b = task / s.Hkv, g = task % s.Hkv, h0 = g * group;
-    std::vector<AttentionQuery> queries;
-    for (int64_t t0 = 0; t0 < s.T; t0 += kRows) {
-      const int64_t rows = std::min(kRows, s.T - t0);
-      queries.clear();
-      for (int64_t t = t0; t < t0 + rows; ++t)
-        for (int64_t h = h0; h < h0 + group; ++h) {
-          float* p = probs + ((b * s.Hq + h) * s.T + t) * s.T;  // row t of head h's [T, T]
-          std::fill(p + t + 1, p + s.T, 0.0f);
-          queries.push_back({q + (b * s.T + t) * ldq + h * s.D, o + (b * s.T + t) * ldq + h * s.D, p, t + 1});
-        }
-      const AttentionRows causal{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, t0 + rows};  // stride ldkv
-      attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, ldkv, KvElement::kF32,
-                           head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f,
-                           bf16);
+    const int64_t b = task / s.Hkv, g = task % s.Hkv;
+    thread_local std::vector<float> probs;  // [kRowsPerCall * group, T]
+    thread_local std::vector<AttentionQuery> queries;
+    probs.resize(static_cast<size_t>(kRowsPerCall * group * s.T));
+    for (int64_t t0 = 0; t0 < s.T; t0 += kRowsPerCall) {
+      const int64_t rows = std::min(kRowsPerCall, s.T - t0);
+      attend_rows(
+          q, k, v, s, b, g, t0, rows, bf16, head_scales,
+          [&](int64_t t, int64_t h) { return o + (b * s.T + t) * ldq + h * s.D; },
+          [&](int64_t t, int64_t h) { return probs.data() + ((t - t0) * group + h - g * group) * s.T; }, queries);
     }
   });
 }
@@ -62,113 +77,103 @@ void softmax_backward_row(const float* p, const float* dp, int64_t t, float scal
   for (int64_t j = 0; j <= t; ++j) store(j, p[j] * (dp[j] - dot) * scale);
 }
 
+// Query rows per backward block.
+constexpr int64_t kBlock = 64;
+
+// P of query rows [t0, t0 + tn) of sequence b for the query heads of kv head g, recomputed with the
+// forward's row function from its inputs: probs [group][tn][width] (width = t0 + tn), zero past
+// each row's causal length. `o` is scratch for the outputs the recomputation also produces.
+void recompute_probs(std::vector<float>& probs, std::vector<float>& o, std::vector<AttentionQuery>& queries,
+                     const AttentionForwardInputs& in, const AttentionShape& s, int64_t b, int64_t g, int64_t t0,
+                     int64_t tn, bool bf16) {
+  const int64_t group = s.Hq / s.Hkv, width = t0 + tn;
+  probs.resize(static_cast<size_t>(group * tn * width));
+  o.resize(static_cast<size_t>(group * tn * s.D));
+  for (int64_t r0 = t0; r0 < t0 + tn; r0 += kRowsPerCall) {
+    const int64_t rows = std::min(kRowsPerCall, t0 + tn - r0);
+    attend_rows(
+        in.q, in.k, in.v, s, b, g, r0, rows, bf16, in.head_scales,
+        [&](int64_t t, int64_t h) { return o.data() + ((h - g * group) * tn + t - t0) * s.D; },
+        [&](int64_t t, int64_t h) { return probs.data() + ((h - g * group) * tn + t - t0) * width; }, queries);
+  }
+  for (int64_t i = 0; i < group; ++i)
+    for (int64_t t = t0; t < t0 + tn; ++t) {
+      float* row = probs.data() + (i * tn + t - t0) * width;
+      std::fill(row + t + 1, row + width, 0.0f);
+    }
+}
+
 // rows x D of `src` (leading dimension ld) as BF16 into dst [rows, D]; the values are BF16 already
 // where the header says so, so this is exact.
 void to_bf16_rows(bf16_t* dst, const float* src, int64_t rows, int64_t D, int64_t ld) {
   for (int64_t r = 0; r < rows; ++r) bf16_encode_f32(src + r * ld, dst + r * D, D);
 }
 
-// attention_backward with BF16 operands (see the header): the FP32 path's blocks and order, the
-// BF16 GEMMs, dS rounded once.
-void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                             const float* k, const float* v, const AttentionShape& s) {
-  const int64_t T = s.T, D = s.D, ldq = s.Hq * D, ldkv = s.Hkv * D, group = s.Hq / s.Hkv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  constexpr int64_t kBlock = 64;
-  kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
-    const int64_t b = task / s.Hkv, g = task % s.Hkv, kv_off = b * T * ldkv + g * D;
-    thread_local std::vector<float> dp;                       // [T, T] dP, then dS in FP32
-    thread_local std::vector<bf16_t> kb, vb, qb, ob, pb, sb;  // [T, D] x 4, [T, T] x 2
-    dp.resize(static_cast<size_t>(T * T));
-    for (auto* buf : {&kb, &vb, &qb, &ob}) buf->resize(static_cast<size_t>(T * D));
-    pb.resize(static_cast<size_t>(T * T));
-    sb.resize(static_cast<size_t>(T * T));
-    to_bf16_rows(kb.data(), k + kv_off, T, D, ldkv);
-    to_bf16_rows(vb.data(), v + kv_off, T, D, ldkv);
-    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-      const int64_t q_off = b * T * ldq + h * D;
-      const float* p = probs + (b * s.Hq + h) * T * T;
-      to_bf16_rows(qb.data(), q + q_off, T, D, ldq);
-      to_bf16_rows(ob.data(), dout + q_off, T, D, ldq);  // dO rounded here
-      for (int64_t t = 0; t < T; ++t) {
-        bf16_encode_f32(p + t * T, pb.data() + t * T, t + 1);
-        std::fill(pb.begin() + t * T + t + 1, pb.begin() + (t + 1) * T, bf16_t{0});
-      }
-      for (int64_t j0 = 0; j0 < T; j0 += kBlock) {  // dV[j] += sum_{t >= j} P[t, j] dO[t]
-        const int64_t jn = std::min(kBlock, T - j0);
-        gemm_tn_bf16(jn, D, T - j0, pb.data() + j0 * T + j0, T, ob.data() + j0 * D, D, dv + kv_off + j0 * ldkv, ldkv,
-                     /*accumulate=*/true);
-      }
-      for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
-        const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn;
-        gemm_nt_bf16(tn, width, D, ob.data() + t0 * D, D, vb.data(), D, dp.data() + t0 * T, T);  // dP
-        for (int64_t t = t0; t < t0 + tn; ++t) {  // dS in FP32 over dP's row, then rounded once
-          float* dr = dp.data() + t * T;
-          softmax_backward_row(p + t * T, dr, t, scale, [&](int64_t j, float ds) { dr[j] = ds; });
-          bf16_t* sr = sb.data() + t * T;
-          bf16_encode_f32(dr, sr, t + 1);
-          std::fill(sr + t + 1, sr + width, bf16_t{0});
-        }
-        gemm_nn_bf16(tn, D, width, sb.data() + t0 * T, T, kb.data(), D, dq + q_off + t0 * ldq, ldq);  // dQ = dS K
-      }
-      for (int64_t j0 = 0; j0 < T; j0 += kBlock) {  // dK[j] += sum_{t >= j} dS[t, j] Q[t]
-        const int64_t jn = std::min(kBlock, T - j0);
-        gemm_tn_bf16(jn, D, T - j0, sb.data() + j0 * T + j0, T, qb.data() + j0 * D, D, dk + kv_off + j0 * ldkv, ldkv,
-                     /*accumulate=*/true);
-      }
-    }
-  });
-}
-
 }  // namespace
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                        const float* k, const float* v, const AttentionShape& s, bool bf16) {
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const AttentionShape& s, bool bf16, const AttentionForwardInputs* forward) {
   check_shape(s);
-  if (bf16) {
-    std::memset(dk, 0, sizeof(float) * static_cast<size_t>(s.B * s.T * s.Hkv * s.D));
-    std::memset(dv, 0, sizeof(float) * static_cast<size_t>(s.B * s.T * s.Hkv * s.D));
-    return attention_backward_bf16(dq, dk, dv, dout, probs, q, k, v, s);
-  }
+  const AttentionForwardInputs in = forward != nullptr ? *forward : AttentionForwardInputs{q, k, v, nullptr};
   const int64_t T = s.T, D = s.D, ldq = s.Hq * D, ldkv = s.Hkv * D, group = s.Hq / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::memset(dk, 0, sizeof(float) * static_cast<size_t>(s.B * T * ldkv));
   std::memset(dv, 0, sizeof(float) * static_cast<size_t>(s.B * T * ldkv));
-  // Causal: P and dS are zero above the diagonal, so every GEMM runs on blocks of kBlock rows
-  // (queries) or columns (keys) and skips the zero part: a query block t0 reads keys < t0 + tn,
-  // a key block j0 receives from queries >= j0 (about 5/8 of the full products at T = 256).
-  constexpr int64_t kBlock = 64;
-  // One task per (sequence, kv head): its query heads in order, so dK and dV of the kv head
-  // accumulate in the same order as a single loop; the GEMMs inside run on the task's thread.
+  // One task per (sequence, kv head); inside it, blocks of kBlock query rows in order, and in each
+  // block the group's query heads in order, so dK and dV of the kv head accumulate in one fixed
+  // order whatever the thread count. Causal: a block's rows see only keys < width = t0 + tn, so
+  // every product covers [tn, width] and skips the zero part.
   kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
-    const int64_t b = task / s.Hkv, g = task % s.Hkv;
-    thread_local std::vector<float> ds;
-    ds.resize(static_cast<size_t>(T * T));  // [T, T], row t valid up to the end of its block
-    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-      const int64_t q_off = b * T * ldq + h * D, kv_off = b * T * ldkv + g * D;
-      const float* p = probs + (b * s.Hq + h) * T * T;
-      for (int64_t j0 = 0; j0 < T; j0 += kBlock) {  // dV[j] += sum_{t >= j} P[t, j] dO[t]
-        const int64_t jn = std::min(kBlock, T - j0);
-        gemm_tn_f32(jn, D, T - j0, p + j0 * T + j0, T, dout + q_off + j0 * ldq, ldq, dv + kv_off + j0 * ldkv, ldkv,
-                    /*accumulate=*/true);
+    const int64_t b = task / s.Hkv, g = task % s.Hkv, kv_off = b * T * ldkv + g * D;
+    thread_local std::vector<float> probs, o, ds;  // [group][tn][width], outputs, [tn][width] dP then dS
+    thread_local std::vector<AttentionQuery> queries;
+    // BF16 operands: K and V of the kv head, Q and dO of each query head [T, D]; P and dS of a block.
+    thread_local std::vector<bf16_t> kb, vb, qb, ob, pb, sb;
+    if (bf16) {
+      kb.resize(static_cast<size_t>(T * D)), vb.resize(static_cast<size_t>(T * D));
+      qb.resize(static_cast<size_t>(group * T * D)), ob.resize(static_cast<size_t>(group * T * D));
+      to_bf16_rows(kb.data(), k + kv_off, T, D, ldkv);
+      to_bf16_rows(vb.data(), v + kv_off, T, D, ldkv);
+      for (int64_t i = 0; i < group; ++i) {
+        const int64_t q_off = b * T * ldq + (g * group + i) * D;
+        to_bf16_rows(qb.data() + i * T * D, q + q_off, T, D, ldq);
+        to_bf16_rows(ob.data() + i * T * D, dout + q_off, T, D, ldq);  // dO rounded here
       }
-      for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
-        const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn;
-        // dP = dO V^T on the block's rows and the keys they see.
-        gemm_nt_f32(tn, width, D, dout + q_off + t0 * ldq, ldq, v + kv_off, ldkv, ds.data() + t0 * T, T);
+    }
+    for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+      const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn;
+      recompute_probs(probs, o, queries, in, s, b, g, t0, tn, bf16);
+      ds.resize(static_cast<size_t>(tn * width));
+      for (int64_t i = 0; i < group; ++i) {
+        const int64_t q_off = b * T * ldq + (g * group + i) * D;
+        const float* p = probs.data() + i * tn * width;  // [tn, width]
         // dS = P * (dP - sum_j P dP) * scale (softmax backward, then the score scale), zero past t.
-        for (int64_t t = t0; t < t0 + tn; ++t) {
-          float* dr = ds.data() + t * T;
-          softmax_backward_row(p + t * T, dr, t, scale, [&](int64_t j, float v) { dr[j] = v; });
-          for (int64_t j = t + 1; j < width; ++j) dr[j] = 0.0f;
+        auto softmax_backward = [&](bool round) {
+          for (int64_t t = t0; t < t0 + tn; ++t) {
+            float* dr = ds.data() + (t - t0) * width;
+            softmax_backward_row(p + (t - t0) * width, dr, t, scale, [&](int64_t j, float x) { dr[j] = x; });
+            std::fill(dr + t + 1, dr + width, 0.0f);
+            if (round) bf16_encode_f32(dr, sb.data() + (t - t0) * width, width);
+          }
+        };
+        if (bf16) {
+          const bf16_t* qi = qb.data() + i * T * D + t0 * D;  // [tn, D]
+          const bf16_t* oi = ob.data() + i * T * D + t0 * D;
+          pb.resize(static_cast<size_t>(tn * width)), sb.resize(static_cast<size_t>(tn * width));
+          bf16_encode_f32(p, pb.data(), tn * width);  // P is BF16-valued already: exact
+          gemm_tn_bf16(width, D, tn, pb.data(), width, oi, D, dv + kv_off, ldkv, /*accumulate=*/true);  // dV += P^T dO
+          gemm_nt_bf16(tn, width, D, oi, D, vb.data(), D, ds.data(), width);                            // dP = dO V^T
+          softmax_backward(true);
+          gemm_nn_bf16(tn, D, width, sb.data(), width, kb.data(), D, dq + q_off + t0 * ldq, ldq);  // dQ = dS K
+          gemm_tn_bf16(width, D, tn, sb.data(), width, qi, D, dk + kv_off, ldkv, /*accumulate=*/true);  // dK += dS^T Q
+        } else {
+          const float* oi = dout + q_off + t0 * ldq;  // [tn, D], stride ldq
+          gemm_tn_f32(width, D, tn, p, width, oi, ldq, dv + kv_off, ldkv, /*accumulate=*/true);
+          gemm_nt_f32(tn, width, D, oi, ldq, v + kv_off, ldkv, ds.data(), width);
+          softmax_backward(false);
+          gemm_nn_f32(tn, D, width, ds.data(), width, k + kv_off, ldkv, dq + q_off + t0 * ldq, ldq);
+          gemm_tn_f32(width, D, tn, ds.data(), width, q + q_off + t0 * ldq, ldq, dk + kv_off, ldkv, /*accumulate=*/true);
         }
-        // dQ = dS K over the keys the block sees.
-        gemm_nn_f32(tn, D, width, ds.data() + t0 * T, T, k + kv_off, ldkv, dq + q_off + t0 * ldq, ldq);
-      }
-      for (int64_t j0 = 0; j0 < T; j0 += kBlock) {  // dK[j] += sum_{t >= j} dS[t, j] Q[t]
-        const int64_t jn = std::min(kBlock, T - j0);
-        gemm_tn_f32(jn, D, T - j0, ds.data() + j0 * T + j0, T, q + q_off + j0 * ldq, ldq, dk + kv_off + j0 * ldkv, ldkv,
-                    /*accumulate=*/true);
       }
     }
   });

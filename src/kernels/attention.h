@@ -3,17 +3,20 @@
 //
 // Dimension letters: B sequences, T positions per sequence (row b*T + t), Hq query heads,
 // Hkv key/value heads (Hq % Hkv == 0; query head h reads kv head h / (Hq/Hkv)), D head size.
-//   q, o, dq, dout [B*T, Hq*D]      k, v, dk, dv [B*T, Hkv*D]      probs [B, Hq, T, T]
+//   q, o, dq, dout [B*T, Hq*D]      k, v, dk, dv [B*T, Hkv*D]
 // Row t attends to positions s <= t of its own sequence; padding sits after a sequence's last
 // token, so real tokens never see it (and nobody reads the padding rows' outputs).
 //
-//   scores = (q k^T) * (1/sqrt(D)), causal mask, softmax in FP32 -> probs; o = probs v
+//   scores = (q k^T) * (1/sqrt(D)), causal mask, softmax in FP32 -> P; o = P v
 // The forward runs attention_row (attention_row.h) for every row: the generator's decode calls the
-// same function, so both engines agree bit for bit. The backward uses the GEMM entry points.
+// same function, so both engines agree bit for bit. It keeps nothing: P [T, T] per head is never
+// stored. The backward (the FlashAttention idea) recomputes P for blocks of 64 query rows with the
+// very same row function (so the same bits), then runs its products on the GEMM entry points:
+// memory O(64 T) per task instead of O(B Hq T^2).
 //
 // `bf16` (policy.attention_precision: bf16; q, k, v and dout must hold BF16 values, as they do
 // with BF16 activations): the products run with BF16 operands and FP32 accumulation. Forward: P
-// is rounded to BF16 right after the softmax (the probs saved for backward are those values),
+// is rounded to BF16 right after the softmax (the backward's recomputed P is that rounded P),
 // then P V. Backward: dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q on the BF16 GEMMs, with
 // dS = P * (dP - rowsum(P * dP)) * scale computed in FP32 and rounded to BF16 once. Without it
 // every product is FP32.
@@ -36,11 +39,23 @@ struct AttentionHeadScales {
   const float* value = nullptr;  // [Hkv]
 };
 
-void attention_forward(float* o, float* probs, const float* q, const float* k, const float* v, const AttentionShape& s,
+void attention_forward(float* o, const float* q, const float* k, const float* v, const AttentionShape& s,
                        bool bf16 = false, const AttentionHeadScales* head_scales = nullptr);
 
-// Overwrites dq, dk and dv.
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* probs, const float* q,
-                        const float* k, const float* v, const AttentionShape& s, bool bf16 = false);
+// What the forward attended over, when it is not the q, k, v the gradient flows through: with
+// policy.fp8_kv_attention the forward reads E4M3 code values and per-head scales, the backward
+// passes the gradient straight through to the scaled values. The backward recomputes P from these.
+struct AttentionForwardInputs {
+  const float* q = nullptr;  // [B*T, Hq*D]
+  const float* k = nullptr;  // [B*T, Hkv*D]
+  const float* v = nullptr;
+  const AttentionHeadScales* head_scales = nullptr;
+};
+
+// Overwrites dq, dk and dv. P is recomputed from `forward` (nullptr: from q, k, v with the default
+// scale), exactly as attention_forward computed it.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const AttentionShape& s, bool bf16 = false,
+                        const AttentionForwardInputs* forward = nullptr);
 
 }  // namespace fp8rl

@@ -1,43 +1,230 @@
+// Token log-probs: the scalar definition of logprob.h (the portable level and the twin the vector
+// levels are tested against) and AVX2 / AVX-512 loops that compute its bits: every lane performs
+// the scalar lane's operations in its order, exp_f32 has bit-identical lanes, and the 16-lane
+// trees and the double sum over blocks run in scalar code on every level.
 #include "kernels/logprob.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
+#include "numerics/exp.h"
+#include "numerics/simd_target.h"
+
+FP8RL_AVX512_BEGIN
+#include "numerics/avx512_codec_inl.h"  // inside the region by design (see those headers)
+#include "numerics/avx512_exp_inl.h"
+FP8RL_AVX512_END
+FP8RL_AVX2_BEGIN
+#include "numerics/avx2_exp_inl.h"
+FP8RL_AVX2_END
 
 namespace fp8rl {
 
-float logsumexp_row(const float* logits, int64_t V) {
-  float max = -INFINITY;
-  for (int64_t v = 0; v < V; ++v) max = std::max(max, logits[v]);
-  double sum = 0.0;
-  for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(logits[v] - max));
-  return max + static_cast<float>(std::log(sum));
+namespace {
+
+// The larger of a and b as max_ps(a, b) returns it: b unless a > b (so NaN never wins over b).
+inline float lane_max(float a, float b) { return a > b ? a : b; }
+
+float tree_max(float lanes[16]) {
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lanes[l] = lane_max(lanes[l + width], lanes[l]);
+  return lanes[0];
 }
 
-void token_logprobs_forward(float* logprob, const float* logits, const int32_t* targets, int64_t N, int64_t V) {
-  for (int64_t n = 0; n < N; ++n) {
-    if (targets[n] < 0) {
-      logprob[n] = 0.0f;
-      continue;
-    }
-    FP8RL_CHECK(targets[n] < V, "token id {} at position {} is outside the vocabulary of {}", targets[n], n, V);
-    logprob[n] = logits[n * V + targets[n]] - logsumexp_row(logits + n * V, V);
+float tree_sum(float lanes[16]) {
+  for (int width = 8; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lanes[l] += lanes[l + width];
+  return lanes[0];
+}
+
+float finish_lse(float m, double sum) { return m + static_cast<float>(std::log(sum)); }
+
+// ---- portable: the definition ----------------------------------------------------------------
+
+float lse_scalar(const float* x, int64_t V) {
+  float lanes[16];
+  std::fill(lanes, lanes + 16, -INFINITY);
+  for (int64_t v = 0; v < V; ++v) lanes[v % 16] = lane_max(x[v], lanes[v % 16]);
+  const float m = tree_max(lanes);
+  double sum = 0.0;
+  for (int64_t b = 0; b < V; b += kLseBlock) {
+    std::fill(lanes, lanes + 16, 0.0f);
+    for (int64_t v = b; v < std::min(V, b + kLseBlock); ++v) lanes[v % 16] += exp_f32(x[v] - m);
+    sum += static_cast<double>(tree_sum(lanes));
   }
+  return finish_lse(m, sum);
+}
+
+void scaled_exp_scalar(float* d, const float* x, int64_t n, float lse, float minus_dlp) {
+  for (int64_t j = 0; j < n; ++j) d[j] = minus_dlp * exp_f32(x[j] - lse);
+}
+
+// ---- AVX-512 ---------------------------------------------------------------------------------
+
+FP8RL_AVX512_BEGIN
+
+inline __mmask16 mask16(int64_t left) { return static_cast<__mmask16>(avx512::first_bytes_mask(left)); }
+
+float lse_avx512(const float* x, int64_t V) {
+  alignas(64) float lanes[16];
+  __m512 mv = _mm512_set1_ps(-INFINITY);
+  int64_t v = 0;
+  for (; v + 16 <= V; v += 16) mv = _mm512_max_ps(_mm512_loadu_ps(x + v), mv);
+  if (v < V) {
+    const __mmask16 k = mask16(V - v);
+    mv = _mm512_mask_max_ps(mv, k, _mm512_maskz_loadu_ps(k, x + v), mv);
+  }
+  _mm512_store_ps(lanes, mv);
+  const float m = tree_max(lanes);
+  const __m512 mb = _mm512_set1_ps(m);
+  double sum = 0.0;
+  for (int64_t b = 0; b < V; b += kLseBlock) {
+    const int64_t end = std::min(V, b + kLseBlock);
+    __m512 acc = _mm512_setzero_ps();
+    for (v = b; v + 16 <= end; v += 16)
+      acc = _mm512_add_ps(acc, avx512::exp16(_mm512_sub_ps(_mm512_loadu_ps(x + v), mb)));
+    if (v < end) {
+      const __mmask16 k = mask16(end - v);
+      acc = _mm512_mask_add_ps(acc, k, acc, avx512::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + v), mb)));
+    }
+    _mm512_store_ps(lanes, acc);
+    sum += static_cast<double>(tree_sum(lanes));
+  }
+  return finish_lse(m, sum);
+}
+
+void scaled_exp_avx512(float* d, const float* x, int64_t n, float lse, float minus_dlp) {
+  const __m512 l = _mm512_set1_ps(lse), s = _mm512_set1_ps(minus_dlp);
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    _mm512_storeu_ps(d + j, _mm512_mul_ps(s, avx512::exp16(_mm512_sub_ps(_mm512_loadu_ps(x + j), l))));
+  if (j < n) {
+    const __mmask16 k = mask16(n - j);
+    _mm512_mask_storeu_ps(d + j, k, _mm512_mul_ps(s, avx512::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + j), l))));
+  }
+}
+
+FP8RL_AVX512_END
+
+// ---- AVX2: lanes 0-7 and 8-15 of the definition in two registers -------------------------------
+
+FP8RL_AVX2_BEGIN
+
+// Loads x[0, n) for n < 8 with the other lanes set to `fill`.
+inline __m256 load_partial8(const float* x, int64_t n, float fill) {
+  alignas(32) float buf[8];
+  for (int i = 0; i < 8; ++i) buf[i] = i < n ? x[i] : fill;
+  return _mm256_load_ps(buf);
+}
+
+float lse_avx2(const float* x, int64_t V) {
+  alignas(32) float lanes[16];
+  __m256 lo = _mm256_set1_ps(-INFINITY), hi = lo;
+  int64_t v = 0;
+  for (; v + 16 <= V; v += 16) {
+    lo = _mm256_max_ps(_mm256_loadu_ps(x + v), lo);
+    hi = _mm256_max_ps(_mm256_loadu_ps(x + v + 8), hi);
+  }
+  if (v < V) {  // lanes past V see -Inf, which max keeps as it was
+    lo = _mm256_max_ps(load_partial8(x + v, std::min<int64_t>(8, V - v), -INFINITY), lo);
+    if (V - v > 8) hi = _mm256_max_ps(load_partial8(x + v + 8, V - v - 8, -INFINITY), hi);
+  }
+  _mm256_store_ps(lanes, lo);
+  _mm256_store_ps(lanes + 8, hi);
+  const float m = tree_max(lanes);
+  const __m256 mb = _mm256_set1_ps(m);
+  double sum = 0.0;
+  for (int64_t b = 0; b < V; b += kLseBlock) {
+    const int64_t end = std::min(V, b + kLseBlock);
+    __m256 acc_lo = _mm256_setzero_ps(), acc_hi = acc_lo;
+    for (v = b; v + 16 <= end; v += 16) {
+      acc_lo = _mm256_add_ps(acc_lo, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + v), mb)));
+      acc_hi = _mm256_add_ps(acc_hi, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + v + 8), mb)));
+    }
+    _mm256_store_ps(lanes, acc_lo);
+    _mm256_store_ps(lanes + 8, acc_hi);
+    for (; v < end; ++v) lanes[v % 16] += exp_f32(x[v] - m);  // the tail, in scalar: the same bits
+    sum += static_cast<double>(tree_sum(lanes));
+  }
+  return finish_lse(m, sum);
+}
+
+void scaled_exp_avx2(float* d, const float* x, int64_t n, float lse, float minus_dlp) {
+  const __m256 l = _mm256_set1_ps(lse), s = _mm256_set1_ps(minus_dlp);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    _mm256_storeu_ps(d + j, _mm256_mul_ps(s, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + j), l))));
+  scaled_exp_scalar(d + j, x + j, n - j, lse, minus_dlp);
+}
+
+FP8RL_AVX2_END
+
+using LseFn = float (*)(const float*, int64_t);
+using ScaledExpFn = void (*)(float*, const float*, int64_t, float, float);
+
+LseFn lse_for(Isa level) {
+  if (uses_avx512(level)) return lse_avx512;
+  if (level == Isa::kAvx2) return lse_avx2;
+  return lse_scalar;
+}
+ScaledExpFn scaled_exp_for(Isa level) {
+  if (uses_avx512(level)) return scaled_exp_avx512;
+  if (level == Isa::kAvx2) return scaled_exp_avx2;
+  return scaled_exp_scalar;
+}
+
+// Rows per task: about 64k logits each, so that small vocabularies are not split into tiny tasks.
+int64_t rows_per_task(int64_t V) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(V, 1)); }
+
+}  // namespace
+
+float logsumexp_row(const float* logits, int64_t V, Isa isa) { return lse_for(resolve_isa(isa))(logits, V); }
+
+void token_logprobs_forward(float* logprob, float* lse_out, const float* logits, int64_t ld, const int32_t* targets,
+                            int64_t N, int64_t V, Isa isa) {
+  for (int64_t n = 0; n < N; ++n)
+    FP8RL_CHECK(targets[n] < V, "token id {} at position {} is outside the vocabulary of {}", targets[n], n, V);
+  const LseFn lse = lse_for(resolve_isa(isa));
+  parallel_for_ranges(N, rows_per_task(V), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      const float* row = logits + n * ld;
+      if (targets[n] < 0) {
+        logprob[n] = 0.0f;
+        if (lse_out != nullptr) lse_out[n] = 0.0f;
+        continue;
+      }
+      const float l = lse(row, V);
+      if (lse_out != nullptr) lse_out[n] = l;
+      logprob[n] = row[targets[n]] - l;
+    }
+  });
+}
+
+void token_logprobs_backward(float* dlogits, const float* logits, int64_t ld, int64_t v0, int64_t width,
+                             const float* lse, const float* dlogprob, const int32_t* targets, int64_t N, Isa isa) {
+  const ScaledExpFn scaled_exp = scaled_exp_for(resolve_isa(isa));
+  parallel_for_ranges(N, rows_per_task(width), [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) {
+      float* d = dlogits + n * ld;
+      if (targets[n] < 0 || dlogprob[n] == 0.0f) {
+        std::fill(d, d + width, 0.0f);
+        continue;
+      }
+      scaled_exp(d, logits + n * ld, width, lse[n], -dlogprob[n]);
+      const int64_t j = targets[n] - v0;
+      if (j >= 0 && j < width) d[j] += dlogprob[n];
+    }
+  });
 }
 
 void token_logprobs_backward(float* dlogits, const float* dlogprob, const float* logits, const int32_t* targets,
                              int64_t N, int64_t V) {
-  for (int64_t n = 0; n < N; ++n) {
-    float* d = dlogits + n * V;
-    if (targets[n] < 0 || dlogprob[n] == 0.0f) {
-      for (int64_t v = 0; v < V; ++v) d[v] = 0.0f;
-      continue;
-    }
-    const float* row = logits + n * V;
-    const float lse = logsumexp_row(row, V);
-    for (int64_t v = 0; v < V; ++v) d[v] = -dlogprob[n] * std::exp(row[v] - lse);
-    d[targets[n]] += dlogprob[n];
-  }
+  std::vector<float> lp(static_cast<size_t>(N)), lse(static_cast<size_t>(N));
+  token_logprobs_forward(lp.data(), lse.data(), logits, V, targets, N, V);
+  token_logprobs_backward(dlogits, logits, V, 0, V, lse.data(), dlogprob, targets, N);
 }
 
 }  // namespace fp8rl

@@ -44,10 +44,66 @@ Linear::Linear(std::string name, int64_t out_features, int64_t in_features, Prec
 }
 
 void Linear::refresh_weights(const float* master) {
+  FP8RL_CHECK(!frozen_, "linear '{}' is frozen: its weights are set once", name_);
   w_master_ = master;
   if (precision_ == Precision::kBF16) bf16_encode_f32(master, w_bf16_.data(), N_ * K_);
   if (precision_ == Precision::kFP8)
     quantize_into(TensorView::contiguous(const_cast<float*>(master), DType::kF32, Shape{N_, K_}), w_fp8_);
+}
+
+Linear Linear::frozen_copy() const {
+  FP8RL_CHECK(w_master_ != nullptr || frozen_, "linear '{}': refresh_weights was never called", name_);
+  Linear f;
+  f.name_ = name_;
+  f.N_ = N_, f.K_ = K_;
+  f.precision_ = precision_;
+  f.weight_format_ = weight_format_;
+  f.activation_format_ = activation_format_;
+  f.round_output_bf16_ = round_output_bf16_;
+  f.frozen_ = true;
+  switch (precision_) {
+    case Precision::kF32:
+      f.w_f32_ = AlignedBuffer<float>(static_cast<size_t>(N_ * K_));
+      std::copy(w_master_, w_master_ + N_ * K_, f.w_f32_.data());
+      f.w_master_ = f.w_f32_.data();
+      break;
+    case Precision::kBF16:
+      f.w_bf16_ = w_bf16_.clone();
+      break;
+    case Precision::kFP8:
+      f.w_fp8_.scale_format = w_fp8_.scale_format;
+      f.w_fp8_.rowwise = w_fp8_.rowwise.clone();
+      break;
+  }
+  return f;
+}
+
+Linear Linear::frozen(std::string name, int64_t out_features, int64_t in_features, Precision precision,
+                      ScaleFormat weight_format, ScaleFormat activation_format, bool round_output_bf16) {
+  Linear f(std::move(name), out_features, in_features, Precision::kF32, weight_format, activation_format,
+           round_output_bf16);  // kF32: no low-precision storage yet
+  f.precision_ = precision;
+  f.frozen_ = true;
+  switch (precision) {
+    case Precision::kF32: f.w_f32_ = AlignedBuffer<float>(static_cast<size_t>(f.N_ * f.K_)); break;
+    case Precision::kBF16: f.w_bf16_ = AlignedBuffer<bf16_t>(static_cast<size_t>(f.N_ * f.K_)); break;
+    case Precision::kFP8:
+      f.w_fp8_ = QuantizedTensor(ScalingMode::kBlocks128x128, f.N_, f.K_, weight_format, /*with_columnwise=*/false);
+      break;
+  }
+  f.w_master_ = f.w_f32_.empty() ? nullptr : f.w_f32_.data();
+  return f;
+}
+
+void Linear::set_frozen_weights(const float* w) {
+  FP8RL_CHECK(frozen_, "linear '{}': set_frozen_weights on a trainable linear", name_);
+  switch (precision_) {
+    case Precision::kF32: std::copy(w, w + N_ * K_, w_f32_.data()); break;
+    case Precision::kBF16: bf16_encode_f32(w, w_bf16_.data(), N_ * K_); break;
+    case Precision::kFP8:
+      quantize_into(TensorView::contiguous(const_cast<float*>(w), DType::kF32, Shape{N_, K_}), w_fp8_);
+      break;
+  }
 }
 
 void Linear::install_fp8_weights(const QuantizedMatrix& w) {
@@ -58,6 +114,7 @@ void Linear::install_fp8_weights(const QuantizedMatrix& w) {
   QuantizedMatrix& row = w_fp8_.rowwise;
   std::copy(w.codes.data(), w.codes.data() + N_ * K_, row.codes.data());
   std::copy(w.scale_inv.data(), w.scale_inv.data() + w.scales().numel(), row.scale_inv.data());
+  if (frozen_) return;  // forward only: no column-wise copy
   FP8RL_CHECK(w_fp8_.columnwise.has_value(), "linear '{}': no column-wise copy to fill", name_);
   QuantizedMatrix& col = *w_fp8_.columnwise;  // [K, N]: the codes and the block scales transposed
   for (int64_t n = 0; n < N_; ++n)
@@ -69,7 +126,8 @@ void Linear::install_fp8_weights(const QuantizedMatrix& w) {
 
 void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bool save_for_backward,
                      const LinearCache* same_x) const {
-  FP8RL_CHECK(w_master_ != nullptr, "linear '{}': refresh_weights was never called", name_);
+  FP8RL_CHECK(w_master_ != nullptr || frozen_, "linear '{}': refresh_weights was never called", name_);
+  FP8RL_CHECK(!(frozen_ && save_for_backward), "linear '{}' is frozen: no forward for a backward", name_);
   cache.shared = same_x;
   const LinearCache& in = cache.input();
   GemmOptions gemm;
@@ -97,6 +155,7 @@ void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bo
 
 void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M,
                       const LinearCache& cache) const {
+  FP8RL_CHECK(!frozen_, "linear '{}' is frozen: it has no backward", name_);
   const LinearCache& in = cache.input();
   switch (precision_) {
     case Precision::kF32:

@@ -53,6 +53,21 @@ class Linear {
   // quantizes the master afresh.
   void install_fp8_weights(const QuantizedMatrix& w);
   const AlignedBuffer<bf16_t>& bf16_weights() const { return w_bf16_; }
+  // The FP32 weights [N, K] the FP32 path multiplies by (the master, or a frozen copy's own).
+  const float* f32_weights() const { return w_master_; }
+
+  // A linear that holds only what forward() reads, in storage of its own: the BF16 copy, the FP8
+  // row-wise codes and scales (no column-wise copy), or for an FP32 layer a copy of the FP32
+  // weights. It gives forward()'s bits; backward() on it is refused. (The reference policy.)
+  Linear frozen_copy() const;
+  // A frozen linear of this shape and precision with zeroed weights, for set_frozen_weights or
+  // install_fp8_weights to fill (streamed loading: no FP32 master is ever held).
+  static Linear frozen(std::string name, int64_t out_features, int64_t in_features, Precision precision,
+                       ScaleFormat weight_format, ScaleFormat activation_format, bool round_output_bf16);
+  // Sets a frozen linear's weights from a high-precision matrix [N, K] (row stride K), exactly as
+  // refresh_weights would make them, without keeping `w` (streamed loading).
+  void set_frozen_weights(const float* w);
+  bool frozen() const { return frozen_; }
 
   // y [M, N] = x [M, K] W^T; saves what backward needs in `cache`. With save_for_backward false
   // (a forward that no backward follows) the FP8 path skips the column-wise copy of x that only
@@ -78,6 +93,8 @@ class Linear {
   ScaleFormat activation_format_ = ScaleFormat::kFp32;
   bool round_output_bf16_ = false;
   const float* w_master_ = nullptr;  // [N, K]
+  bool frozen_ = false;
+  AlignedBuffer<float> w_f32_;       // [N, K] a frozen FP32 layer's own weights
   AlignedBuffer<bf16_t> w_bf16_;     // [N, K]
   QuantizedTensor w_fp8_;            // [N, K] 128x128 + column-wise [K, N]
 };

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "core/check.h"
 
 namespace fp8rl {
@@ -44,7 +46,31 @@ const ParamInfo& ParamLayout::find(std::string_view name) const {
 }
 
 WeightPointers ParamLayout::bind(float* base) const {
-  auto at = [&](std::string_view name) { return base + find(name).offset; };
+  return bind_with([&](std::string_view name) { return base + find(name).offset; });
+}
+
+int64_t ParamLayout::norms_numel() const {
+  int64_t n = 0;
+  for (const ParamInfo& p : tensors_)
+    if (p.shape.rank == 1) n += p.shape.numel();
+  return n;
+}
+
+WeightPointers ParamLayout::bind_norms(float* base) const {
+  std::map<std::string_view, float*> at;
+  int64_t offset = 0;
+  for (const ParamInfo& p : tensors_)
+    if (p.shape.rank == 1) {
+      at[p.name] = base + offset;
+      offset += p.shape.numel();
+    }
+  return bind_with([&](std::string_view name) {
+    const auto it = at.find(name);
+    return it == at.end() ? nullptr : it->second;
+  });
+}
+
+WeightPointers ParamLayout::bind_with(const std::function<float*(std::string_view)>& at) const {
   WeightPointers w;
   w.embed = at("model.embed_tokens.weight");
   for (int64_t l = 0; l < config_.n_layers; ++l) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,8 +51,14 @@ class ParamLayout {
   // The tensor named `name`; throws fp8rl::Error if there is none.
   const ParamInfo& find(std::string_view name) const;
   WeightPointers bind(float* base) const;
+  // The 1-D tensors (the norms) packed in layout order into `base` [norms_numel()]; the matrix
+  // pointers are nullptr (a frozen model keeps its matrices in its linears).
+  int64_t norms_numel() const;
+  WeightPointers bind_norms(float* base) const;
 
  private:
+  WeightPointers bind_with(const std::function<float*(std::string_view)>& at) const;
+
   ModelConfig config_;
   std::vector<ParamInfo> tensors_;
   int64_t numel_ = 0;

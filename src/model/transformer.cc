@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "core/check.h"
@@ -60,16 +61,17 @@ float amax_rows(const float* x, int64_t heads, int64_t D, const std::vector<int3
   return m;
 }
 
-// x [N, heads * D] = e4m3(x / s) * s in place, s = scale[h / heads_per_scale] for head h, and
+// scaled [N, heads * D] = e4m3(x / s) * s, s = scale[h / heads_per_scale] for head h, and
 // codes [N, heads * D] = e4m3(x / s), the code values before the scale. (The vector codecs of
 // numerics/codec.h give the scalar codec's bits.)
-void round_heads_to_e4m3(float* x, float* codes_out, int64_t N, int64_t heads, int64_t D, int64_t heads_per_scale,
-                         const std::vector<float>& scale) {
+void round_heads_to_e4m3(const float* x, float* scaled, float* codes_out, int64_t N, int64_t heads, int64_t D,
+                         int64_t heads_per_scale, const std::vector<float>& scale) {
   const int64_t W = heads * D;
   parallel_for_ranges(N, 64, [&](int64_t r0, int64_t r1) {
     std::vector<uint8_t> codes(static_cast<size_t>(W));
     for (int64_t r = r0; r < r1; ++r) {
-      float* row = x + r * W;
+      const float* row = x + r * W;
+      float* out = scaled + r * W;
       float* y = codes_out + r * W;
       for (int64_t h = 0; h < heads; ++h) {
         const float sc = scale[static_cast<size_t>(h / heads_per_scale)];
@@ -79,7 +81,7 @@ void round_heads_to_e4m3(float* x, float* codes_out, int64_t N, int64_t heads, i
       e4m3_decode_f32(codes.data(), y, W);
       for (int64_t h = 0; h < heads; ++h) {
         const float sc = scale[static_cast<size_t>(h / heads_per_scale)];
-        for (int64_t d = h * D; d < (h + 1) * D; ++d) row[d] = y[d] * sc;
+        for (int64_t d = h * D; d < (h + 1) * D; ++d) out[d] = y[d] * sc;
       }
     }
   });
@@ -127,6 +129,7 @@ void prefix_attention_forward(float* o, const float* q, const float* k, const fl
 }
 }  // namespace
 
+
 TokenBatch TokenBatch::empty(int64_t B, int64_t T, int32_t pad_token) {
   TokenBatch b;
   b.B = B;
@@ -168,7 +171,127 @@ Transformer::Transformer(const ModelConfig& config, const PrecisionPolicy& polic
   refresh_weights();
 }
 
+Transformer Transformer::frozen(const ModelConfig& config, const PrecisionPolicy& policy) {
+  return Transformer(config, policy, FrozenTag{});
+}
+
+Transformer::Transformer(const ModelConfig& config, const PrecisionPolicy& policy, FrozenTag)
+    : config_(config), policy_(policy), layout_(config), frozen_(true) {
+  policy_.validate();
+  const bool round = policy_.activations == Precision::kBF16;
+  const int64_t C = config_.d_model, F = config_.d_ff;
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    auto make = [&](const char* suffix, int64_t n, int64_t k) {
+      std::string name = layer_param_name(l, suffix);
+      const Precision p = policy_.linear_precision(l, config_.n_layers, name);
+      return Linear::frozen(name, n, k, p, policy_.weight_scale_format, policy_.activation_scale_format, round);
+    };
+    linears_.push_back({make("self_attn.q_proj.weight", config_.q_dim(), C),
+                        make("self_attn.k_proj.weight", config_.kv_dim(), C),
+                        make("self_attn.v_proj.weight", config_.kv_dim(), C),
+                        make("self_attn.o_proj.weight", C, config_.q_dim()), make("mlp.gate_proj.weight", F, C),
+                        make("mlp.up_proj.weight", F, C), make("mlp.down_proj.weight", C, F)});
+  }
+  const Precision head = policy_.fp32_lm_head || policy_.activations == Precision::kF32 ? Precision::kF32 : Precision::kBF16;
+  lm_head_ = Linear::frozen(config_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight",
+                            config_.vocab_size, C, head, policy_.weight_scale_format, policy_.activation_scale_format,
+                            /*round_output_bf16=*/false);
+  rope_ = rope_table(config_.head_dim, config_.max_seq_len, config_.rope_theta,
+                     config_.rope_llama3_scaling ? &config_.rope_scaling : nullptr);
+  bind_frozen_storage();
+}
+
+void Transformer::bind_frozen_storage() {
+  params_ = AlignedBuffer<float>(static_cast<size_t>(layout_.norms_numel()));
+  w_ = layout_.bind_norms(params_.data());
+  g_ = WeightPointers{};
+  const int64_t VC = config_.vocab_size * config_.d_model;
+  const bool head_is_embedding = config_.tie_embeddings && lm_head_.precision() == Precision::kBF16;
+  if (policy_.activations == Precision::kF32) {
+    embed_f32_ = AlignedBuffer<float>(static_cast<size_t>(VC));
+  } else if (!head_is_embedding) {
+    embed_bf16_ = AlignedBuffer<bf16_t>(static_cast<size_t>(VC));
+  }
+}
+
+Transformer Transformer::frozen_copy() const {
+  FP8RL_CHECK(!frozen_, "frozen_copy of a frozen model (share it instead)");
+  Transformer f(config_, policy_, FrozenTag{});
+  for (size_t l = 0; l < linears_.size(); ++l) {
+    const LayerLinears& src = linears_[l];
+    f.linears_[l] = {src.q.frozen_copy(),    src.k.frozen_copy(),  src.v.frozen_copy(), src.o.frozen_copy(),
+                     src.gate.frozen_copy(), src.up.frozen_copy(), src.down.frozen_copy()};
+  }
+  f.lm_head_ = lm_head_.frozen_copy();
+  for (const ParamInfo& p : layout_.tensors())
+    if (p.shape.rank == 1) std::copy(params_.data() + p.offset, params_.data() + p.offset + p.shape.numel(), f.frozen_norm(p.name));
+  f.set_frozen_embedding(w_.embed);
+  f.attention_e4m3_ = {};
+  return f;
+}
+
+float* Transformer::params() {
+  FP8RL_CHECK(!frozen_, "a frozen model has no FP32 masters");
+  return params_.data();
+}
+const float* Transformer::params() const {
+  FP8RL_CHECK(!frozen_, "a frozen model has no FP32 masters");
+  return params_.data();
+}
+
+float* Transformer::grads() {
+  FP8RL_CHECK(!frozen_, "a frozen model has no gradients");
+  FP8RL_CHECK(!grads_.empty(), "gradients were released (release_grads): call zero_grads first");
+  return grads_.data();
+}
+
+void Transformer::release_grads() {
+  grads_ = AlignedBuffer<float>();
+  g_ = WeightPointers{};
+}
+
+Linear& Transformer::frozen_linear(std::string_view name) {
+  FP8RL_CHECK(frozen_, "frozen_linear on a trainable model");
+  if (name == lm_head_.name()) return lm_head_;
+  for (LayerLinears& ll : linears_)
+    for (Linear* lin : {&ll.q, &ll.k, &ll.v, &ll.o, &ll.gate, &ll.up, &ll.down})
+      if (lin->name() == name) return *lin;
+  FP8RL_CHECK(false, "'{}' is not a linear of this model", name);
+  return lm_head_;
+}
+
+float* Transformer::frozen_norm(std::string_view name) {
+  FP8RL_CHECK(frozen_, "frozen_norm on a trainable model");
+  const ParamInfo& p = layout_.find(name);
+  FP8RL_CHECK(p.shape.rank == 1, "'{}' is not a norm weight (shape {})", name, p.shape.str());
+  int64_t offset = 0;
+  for (const ParamInfo& q : layout_.tensors()) {
+    if (&q == &p) return params_.data() + offset;
+    if (q.shape.rank == 1) offset += q.shape.numel();
+  }
+  return nullptr;
+}
+
+void Transformer::set_frozen_embedding(const float* embed) {
+  FP8RL_CHECK(frozen_, "set_frozen_embedding on a trainable model");
+  const int64_t VC = config_.vocab_size * config_.d_model;
+  if (!embed_f32_.empty()) {
+    std::copy(embed, embed + VC, embed_f32_.data());
+  } else if (!embed_bf16_.empty()) {
+    bf16_encode_f32(embed, embed_bf16_.data(), VC);
+  }
+  // else: the tied BF16 head's copy is the embedding (set with the head).
+}
+
+const bf16_t* Transformer::embedding_bf16() const {
+  if (policy_.activations != Precision::kBF16) return nullptr;
+  if (!embed_bf16_.empty()) return embed_bf16_.data();
+  if (config_.tie_embeddings && lm_head_.precision() == Precision::kBF16) return lm_head_.bf16_weights().data();
+  return nullptr;
+}
+
 void Transformer::init_random(uint64_t seed) {
+  FP8RL_CHECK(!frozen_, "init_random on a frozen model");
   const double out_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(config_.n_layers));
   uint64_t stream = 0;
   for (const ParamInfo& p : layout_.tensors()) {
@@ -186,6 +309,7 @@ void Transformer::init_random(uint64_t seed) {
 }
 
 void Transformer::refresh_weights() {
+  FP8RL_CHECK(!frozen_, "refresh_weights on a frozen model (its weights are set once)");
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
     LayerLinears& ll = linears_[static_cast<size_t>(l)];
@@ -201,6 +325,12 @@ void Transformer::refresh_weights() {
 }
 
 void Transformer::zero_grads() {
+  FP8RL_CHECK(!frozen_, "a frozen model has no gradients");
+  if (grads_.empty()) {  // released: a new zeroed buffer
+    grads_ = AlignedBuffer<float>(static_cast<size_t>(layout_.numel()));
+    g_ = layout_.bind(grads_.data());
+    return;
+  }
   // 100 MB at `medium`: in chunks on the kernel pool.
   parallel_for_ranges(static_cast<int64_t>(grads_.size()), int64_t{1} << 18, [&](int64_t i0, int64_t i1) {
     std::memset(grads_.data() + i0, 0, static_cast<size_t>(i1 - i0) * sizeof(float));
@@ -226,12 +356,12 @@ void Transformer::round_activations(float* x, int64_t n) const {
   if (policy_.activations == Precision::kBF16) bf16_round_f32(x, n);
 }
 
-void Transformer::ensure_layer_acts(LayerActs& a, int64_t N, int64_t probs_size) const {
+void Transformer::ensure_layer_acts(LayerActs& a, int64_t N) const {
   const int64_t C = config_.d_model, F = config_.d_ff;
   const int64_t QD = config_.q_dim(), KD = config_.kv_dim(), Hq = config_.n_heads, Hkv = config_.n_kv_heads;
   ensure(a.x, N * C), ensure(a.h1, N * C), ensure(a.rstd1, N);
   if (config_.qk_norm) ensure(a.q_raw, N * QD), ensure(a.k_raw, N * KD), ensure(a.q_rstd, N * Hq), ensure(a.k_rstd, N * Hkv);
-  ensure(a.q, N * QD), ensure(a.k, N * KD), ensure(a.v, N * KD), ensure(a.probs, probs_size);
+  ensure(a.q, N * QD), ensure(a.k, N * KD), ensure(a.v, N * KD);
   ensure(a.att, N * QD), ensure(a.x_mid, N * C), ensure(a.h2, N * C), ensure(a.rstd2, N);
   ensure(a.g, N * F), ensure(a.u, N * F), ensure(a.s, N * F);
 }
@@ -239,8 +369,15 @@ void Transformer::ensure_layer_acts(LayerActs& a, int64_t N, int64_t probs_size)
 void Transformer::resize_activations(int64_t B, int64_t T) {
   const int64_t N = B * T, C = config_.d_model;
   acts_.resize(static_cast<size_t>(config_.n_layers));
-  for (LayerActs& a : acts_) ensure_layer_acts(a, N, B * config_.n_heads * T * T);
-  ensure(x_final_, N * C), ensure(hf_, N * C), ensure(rstd_f_, N), ensure(logits_, N * config_.vocab_size);
+  for (LayerActs& a : acts_) {
+    if (checkpointing_) {
+      ensure(a.x, N * C);  // the layer's input only; the rest is recomputed in backward
+    } else {
+      ensure_layer_acts(a, N);
+    }
+  }
+  if (checkpointing_) ensure_layer_acts(recompute_acts_, N);
+  ensure(x_final_, N * C), ensure(hf_, N * C), ensure(rstd_f_, N), ensure(lse_, N);
   B_ = B;
   T_ = T;
 }
@@ -276,6 +413,9 @@ Transformer::RowLayout Transformer::batch_layout(const TokenBatch& batch, const 
     const int32_t tok = batch.tokens[static_cast<size_t>(n)];
     FP8RL_CHECK(tok >= 0 && tok < config_.vocab_size, "{}: token id {} at row {} outside the vocabulary of {}", caller,
                 tok, n, config_.vocab_size);
+    const int32_t target = batch.targets[static_cast<size_t>(n)];
+    FP8RL_CHECK(target < config_.vocab_size, "{}: target id {} at row {} outside the vocabulary of {}", caller, target,
+                n, config_.vocab_size);
   }
   return rows;
 }
@@ -283,19 +423,53 @@ Transformer::RowLayout Transformer::batch_layout(const TokenBatch& batch, const 
 // Embedding lookup: x[n, :] = E[token[n], :], BF16 like every activation. Padding rows stay
 // exactly zero through the whole network (their attention output is zeroed too), so they never
 // enter the amax of a 128-token block of the FP8 wgrad quantization (fp8-recipe.md section 3).
+// A frozen model reads its BF16 (or FP32) copy: the same values as rounding the master.
 void Transformer::embed(float* x, const RowLayout& rows) const {
   const int64_t C = config_.d_model;
+  const bf16_t* e16 = frozen_ ? embedding_bf16() : nullptr;
+  const float* e32 = frozen_ ? embed_f32_.data() : w_.embed;
   for (int64_t n = 0; n < rows.N; ++n) {
-    if (rows.is_real[static_cast<size_t>(n)]) {
-      std::memcpy(x + n * C, w_.embed + rows.tokens[static_cast<size_t>(n)] * C, sizeof(float) * static_cast<size_t>(C));
+    float* row = x + n * C;
+    const int64_t token = rows.tokens[static_cast<size_t>(n)];
+    if (!rows.is_real[static_cast<size_t>(n)]) {
+      std::memset(row, 0, sizeof(float) * static_cast<size_t>(C));
+    } else if (e16 != nullptr) {
+      for (int64_t i = 0; i < C; ++i) row[i] = bf16_to_f32(e16[token * C + i]);
     } else {
-      std::memset(x + n * C, 0, sizeof(float) * static_cast<size_t>(C));
+      std::memcpy(row, e32 + token * C, sizeof(float) * static_cast<size_t>(C));
     }
   }
   round_activations(x, rows.N * C);
 }
 
-Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* x_next, float* tmp,
+Transformer::E4m3Qkv Transformer::round_qkv_to_e4m3(int64_t l, const LayerActs& a, int64_t N) const {
+  const int64_t Hq = config_.n_heads, Hkv = config_.n_kv_heads, D = config_.head_dim;
+  const int64_t QD = Hq * D, KD = Hkv * D;
+  const AttentionE4m3Scales& sc = attention_e4m3_[static_cast<size_t>(l)];
+  const size_t need = static_cast<size_t>(2 * N * (QD + 2 * KD));
+  if (e4m3_qkv_.size() < need) e4m3_qkv_ = AlignedBuffer<float>(need);
+  float* codes = e4m3_qkv_.data();  // [N, QD], [N, KD], [N, KD] codes, then the same scaled
+  float* scaled = codes + N * (QD + 2 * KD);
+  E4m3Qkv r{a.q.data(), codes + N * QD, codes + N * (QD + KD), a.q.data(), scaled + N * QD,
+            scaled + N * (QD + KD), {}, {}};
+  if (!sc.q.empty()) {
+    round_heads_to_e4m3(a.q.data(), scaled, codes, N, Hq, D, Hq / Hkv, sc.q);
+    r.q_codes = codes;
+    r.q = scaled;
+  }
+  round_heads_to_e4m3(a.k.data(), const_cast<float*>(r.k), const_cast<float*>(r.k_codes), N, Hkv, D, 1, sc.k);
+  round_heads_to_e4m3(a.v.data(), const_cast<float*>(r.v), const_cast<float*>(r.v_codes), N, Hkv, D, 1, sc.v);
+  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+  for (int64_t g = 0; g < Hkv; ++g) {  // the generator's expressions (GenerationEngine::forward_rows)
+    const float k_scale = sc.k[static_cast<size_t>(g)];
+    r.score_scales.push_back(sc.q.empty() ? k_scale * softmax_scale
+                                          : sc.q[static_cast<size_t>(g)] * k_scale * softmax_scale);
+    r.value_scales.push_back(sc.v[static_cast<size_t>(g)]);
+  }
+  return r;
+}
+
+Transformer::QkvAmax Transformer::layer_forward(int64_t l, const float* x, LayerActs& a, float* x_next, float* tmp,
                                                 const RowLayout& rows, bool save_for_backward,
                                                 bool stop_after_qkv) const {
   const int64_t N = rows.N, C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
@@ -305,7 +479,7 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   // Attention block.
   const bool bf16_acts = policy_.activations == Precision::kBF16;
   const bool bf16_attention = policy_.attention == Precision::kBF16;
-  rmsnorm_forward(a.h1.data(), a.rstd1.data(), a.x.data(), lw.attn_norm, N, C, config_.norm_eps, bf16_acts);
+  rmsnorm_forward(a.h1.data(), a.rstd1.data(), x, lw.attn_norm, N, C, config_.norm_eps, bf16_acts);
   // q, k and v read h1, gate and up read h2: each input is converted to BF16 or FP8 once where
   // the linears' precisions allow.
   auto same_x = [](const Linear& l, const Linear& first, const LinearCache& c) {
@@ -329,35 +503,18 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   amax.v = amax_rows(a.v.data(), Hkv, D, rows.real_rows, amax.v_heads);
   if (stop_after_qkv) return amax;
   // Attention reads q, k, v, or with attention_e4m3_ their E4M3 code values with the scales applied
-  // per KV head to the scores and outputs, the generator's FP8 attention arithmetic; a.q, a.k, a.v
-  // then hold the scaled values, through which the backward passes the gradient straight.
+  // per KV head to the scores and outputs, the generator's FP8 attention arithmetic.
   const float *q_att = a.q.data(), *k_att = a.k.data(), *v_att = a.v.data();
-  std::vector<float> score_scales, value_scales;
+  std::optional<E4m3Qkv> e4m3;
   AttentionHeadScales head_scales;
   if (!attention_e4m3_.empty()) {
-    const AttentionE4m3Scales& sc = attention_e4m3_[static_cast<size_t>(l)];
-    const size_t need = static_cast<size_t>(N * (Hq + 2 * Hkv) * D);
-    if (e4m3_qkv_.size() < need) e4m3_qkv_ = AlignedBuffer<float>(need);
-    float *qc = e4m3_qkv_.data(), *kc = qc + N * Hq * D, *vc = kc + N * Hkv * D;
-    if (!sc.q.empty()) {
-      round_heads_to_e4m3(a.q.data(), qc, N, Hq, D, Hq / Hkv, sc.q);
-      q_att = qc;
-    }
-    round_heads_to_e4m3(a.k.data(), kc, N, Hkv, D, 1, sc.k);
-    round_heads_to_e4m3(a.v.data(), vc, N, Hkv, D, 1, sc.v);
-    k_att = kc, v_att = vc;
-    const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
-    for (int64_t g = 0; g < Hkv; ++g) {  // the generator's expressions (GenerationEngine::forward_rows)
-      const float k_scale = sc.k[static_cast<size_t>(g)];
-      score_scales.push_back(sc.q.empty() ? k_scale * softmax_scale
-                                          : sc.q[static_cast<size_t>(g)] * k_scale * softmax_scale);
-      value_scales.push_back(sc.v[static_cast<size_t>(g)]);
-    }
-    head_scales = {score_scales.data(), value_scales.data()};
+    e4m3 = round_qkv_to_e4m3(l, a, N);
+    q_att = e4m3->q_codes, k_att = e4m3->k_codes, v_att = e4m3->v_codes;
+    head_scales = {e4m3->score_scales.data(), e4m3->value_scales.data()};
   }
-  const AttentionHeadScales* scales = score_scales.empty() ? nullptr : &head_scales;
+  const AttentionHeadScales* scales = e4m3 ? &head_scales : nullptr;
   if (rows.context_begin.empty()) {
-    attention_forward(a.att.data(), a.probs.data(), q_att, k_att, v_att, rows.shape, bf16_attention, scales);
+    attention_forward(a.att.data(), q_att, k_att, v_att, rows.shape, bf16_attention, scales);
   } else {
     prefix_attention_forward(a.att.data(), q_att, k_att, v_att, rows.context_begin, rows.context, Hq, Hkv, D,
                              bf16_attention, scales);
@@ -366,7 +523,7 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
   for (int64_t n = 0; n < N; ++n)
     if (!rows.is_real[static_cast<size_t>(n)]) std::memset(a.att.data() + n * Hq * D, 0, sizeof(float) * static_cast<size_t>(Hq * D));
   ll.o.forward(tmp, a.att.data(), N, a.co, save_for_backward);
-  add_into(a.x_mid.data(), a.x.data(), tmp, N * C, bf16_acts);
+  add_into(a.x_mid.data(), x, tmp, N * C, bf16_acts);
   // MLP block.
   rmsnorm_forward(a.h2.data(), a.rstd2.data(), a.x_mid.data(), lw.mlp_norm, N, C, config_.norm_eps, bf16_acts);
   ll.gate.forward(a.g.data(), a.h2.data(), N, a.cgate, save_for_backward);
@@ -378,28 +535,38 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, LayerActs& a, float* 
 }
 
 void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_backward) {
-  const RowLayout rows = batch_layout(batch, "forward");
-  const int64_t N = rows.N, C = config_.d_model;
+  rows_ = batch_layout(batch, "forward");
+  const int64_t N = rows_.N, C = config_.d_model;
   resize_activations(batch.B, batch.T);
   batch_ = batch;
-  embed(acts_[0].x.data(), rows);
+  saved_for_backward_ = for_backward && !frozen_;
+  embed(acts_[0].x.data(), rows_);
   qkv_amax_.assign(static_cast<size_t>(config_.n_layers), QkvAmax{});
-  std::vector<float> tmp(static_cast<size_t>(N * C));  // [N, C] projection output before the residual add
+  ensure(backward_scratch_.tmp, N * C);  // [N, C] projection output before the residual add
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     float* x_next = l + 1 < config_.n_layers ? acts_[static_cast<size_t>(l + 1)].x.data() : x_final_.data();
-    qkv_amax_[static_cast<size_t>(l)] = layer_forward(l, acts_[static_cast<size_t>(l)], x_next, tmp.data(), rows,
-                                                      for_backward, /*stop_after_qkv=*/false);
+    // With checkpointing every layer runs in the one LayerActs that backward recomputes into, and
+    // keeps nothing for backward (its column-wise copies are made again there).
+    LayerActs& a = checkpointing_ ? recompute_acts_ : acts_[static_cast<size_t>(l)];
+    qkv_amax_[static_cast<size_t>(l)] =
+        layer_forward(l, acts_[static_cast<size_t>(l)].x.data(), a, x_next, backward_scratch_.tmp.data(), rows_,
+                      saved_for_backward_ && !checkpointing_, /*stop_after_qkv=*/false);
   }
-  head_forward(logits_.data(), hf_.data(), rstd_f_.data(), x_final_.data(), N, c_lm_head_, /*save_for_backward=*/true);
-  token_logprobs_forward(logprobs, logits_.data(), batch.targets.data(), N, config_.vocab_size);
+  rmsnorm_forward(hf_.data(), rstd_f_.data(), x_final_.data(), w_.final_norm, N, C, config_.norm_eps);
+  if (!policy_.fp32_lm_head) round_activations(hf_.data(), N * C);
+  lm_head_logprobs_forward(lm_head_, hf_.data(), N, batch.targets.data(), logprobs, lse_.data(), head_scratch_);
 }
 
-void Transformer::head_forward(float* logits, float* hf, float* rstd, const float* x, int64_t N, LinearCache& cache,
-                               bool save_for_backward) {
-  const int64_t C = config_.d_model;
-  rmsnorm_forward(hf, rstd, x, w_.final_norm, N, C, config_.norm_eps);
-  if (!policy_.fp32_lm_head) round_activations(hf, N * C);
-  lm_head_.forward(logits, hf, N, cache, save_for_backward);
+void Transformer::logits(const std::vector<int64_t>& rows, float* out) {
+  FP8RL_CHECK(B_ > 0, "logits called before forward");
+  const int64_t C = config_.d_model, n = static_cast<int64_t>(rows.size());
+  std::vector<float> x(static_cast<size_t>(n * C));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = rows[static_cast<size_t>(i)];
+    FP8RL_CHECK(r >= 0 && r < B_ * T_, "logits: row {} outside the last forward's {} rows", r, B_ * T_);
+    std::copy(hf_.data() + r * C, hf_.data() + (r + 1) * C, x.data() + i * C);
+  }
+  lm_head_logits(lm_head_, x.data(), n, out, head_scratch_);
 }
 
 Transformer::RowLayout Transformer::prefix_layout(const TokenBatch& batch, const RowLayout& padded,
@@ -437,7 +604,7 @@ Transformer::RowLayout Transformer::prefix_layout(const TokenBatch& batch, const
   for (int64_t n = 0; n < rows.N; ++n) rows.real_rows[static_cast<size_t>(n)] = static_cast<int32_t>(n);
   // Buffers sized for N rounded up to 256 rows, so that the next steps' slightly different N reuse them.
   const int64_t capacity = (std::max<int64_t>(rows.N, 1) + 255) / 256 * 256;
-  ensure_layer_acts(calib_acts_, capacity, /*probs_size=*/0);
+  ensure_layer_acts(calib_acts_, capacity);
   ensure(calib_tmp_, capacity * config_.d_model);
   return rows;
 }
@@ -468,8 +635,9 @@ std::vector<Transformer::QkvAmax> Transformer::qkv_amax(const TokenBatch& batch)
   if (rows.N == 0) return amax;  // no real token: forward() records zeros too
   embed(calib_acts_.x.data(), rows);
   for (int64_t l = 0; l < config_.n_layers; ++l)
-    amax[static_cast<size_t>(l)] = layer_forward(l, calib_acts_, calib_acts_.x.data(), calib_tmp_.data(), rows,
-                                                 /*save_for_backward=*/false, /*stop_after_qkv=*/l + 1 == config_.n_layers);
+    amax[static_cast<size_t>(l)] =
+        layer_forward(l, calib_acts_.x.data(), calib_acts_, calib_acts_.x.data(), calib_tmp_.data(), rows,
+                      /*save_for_backward=*/false, /*stop_after_qkv=*/l + 1 == config_.n_layers);
   return amax;
 }
 
@@ -478,81 +646,111 @@ void Transformer::prefix_logprobs(const TokenBatch& batch, float* logprobs) {
   const RowLayout rows = prefix_layout(batch, batch_layout(batch, "prefix_logprobs"), &row_of);
   std::fill(logprobs, logprobs + batch.B * batch.T, 0.0f);
   if (rows.N == 0) return;
-  const int64_t N = rows.N, C = config_.d_model, V = config_.vocab_size;
+  const int64_t N = rows.N, C = config_.d_model;
   embed(calib_acts_.x.data(), rows);
   for (int64_t l = 0; l < config_.n_layers; ++l)
-    layer_forward(l, calib_acts_, calib_acts_.x.data(), calib_tmp_.data(), rows, /*save_for_backward=*/false,
-                  /*stop_after_qkv=*/false);
-  std::vector<float> hf(static_cast<size_t>(N * C)), rstd(static_cast<size_t>(N)), logits(static_cast<size_t>(N * V));
-  LinearCache cache;
-  head_forward(logits.data(), hf.data(), rstd.data(), calib_acts_.x.data(), N, cache, /*save_for_backward=*/false);
-  // Every scored position takes its log-prob from its prefix row's logits (rows shared by several
-  // sequences may be scored on different targets).
+    layer_forward(l, calib_acts_.x.data(), calib_acts_, calib_acts_.x.data(), calib_tmp_.data(), rows,
+                  /*save_for_backward=*/false, /*stop_after_qkv=*/false);
+  // Every scored position takes its log-prob from its prefix row's final hidden state (rows shared
+  // by several sequences may be scored on different targets, so each scored position gets its own
+  // copy of the row: the head's rows are independent, so the bits are those of the padded forward).
   std::vector<int32_t> targets, at;
-  std::vector<float> scored_logits;
   for (size_t i = 0; i < row_of.size(); ++i) {
     if (row_of[i] < 0 || batch.targets[i] < 0) continue;
-    const float* row = logits.data() + static_cast<int64_t>(row_of[i]) * V;
-    scored_logits.insert(scored_logits.end(), row, row + V);
     targets.push_back(batch.targets[i]);
     at.push_back(static_cast<int32_t>(i));
   }
-  std::vector<float> lp(targets.size());
-  token_logprobs_forward(lp.data(), scored_logits.data(), targets.data(), static_cast<int64_t>(targets.size()), V);
-  for (size_t j = 0; j < at.size(); ++j) logprobs[at[j]] = lp[j];
+  const int64_t S = static_cast<int64_t>(targets.size());
+  std::vector<float> hf(static_cast<size_t>(N * C)), rstd(static_cast<size_t>(N));
+  rmsnorm_forward(hf.data(), rstd.data(), calib_acts_.x.data(), w_.final_norm, N, C, config_.norm_eps);
+  if (!policy_.fp32_lm_head) round_activations(hf.data(), N * C);
+  std::vector<float> scored(static_cast<size_t>(S * C)), lp(static_cast<size_t>(S)), lse(static_cast<size_t>(S));
+  for (int64_t j = 0; j < S; ++j) {
+    const int64_t r = row_of[static_cast<size_t>(at[static_cast<size_t>(j)])];
+    std::copy(hf.data() + r * C, hf.data() + (r + 1) * C, scored.data() + j * C);
+  }
+  lm_head_logprobs_forward(lm_head_, scored.data(), S, targets.data(), lp.data(), lse.data(), head_scratch_);
+  for (int64_t j = 0; j < S; ++j) logprobs[at[static_cast<size_t>(j)]] = lp[static_cast<size_t>(j)];
+}
+
+void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, float* dx, BackwardScratch& w) {
+  const int64_t N = B_ * T_, C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
+  const int64_t D = config_.head_dim;
+  const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
+  const LayerWeights& lg = g_.layers[static_cast<size_t>(l)];
+  const LayerLinears& ll = linears_[static_cast<size_t>(l)];
+  float *dx_mid = w.dx_mid.data(), *dh = w.dh.data(), *ds = w.ds.data(), *dg = w.dg.data(), *du = w.du.data();
+  float *datt = w.datt.data(), *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data();
+  float *dq_raw = w.dq_raw.data(), *dk_raw = w.dk_raw.data();
+  const size_t residual_bytes = sizeof(float) * static_cast<size_t>(N * C);
+  // x_next = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
+  ll.down.backward(ds, false, lg.w_down, dx, N, a.cdown);
+  swiglu_backward(dg, du, ds, a.g.data(), a.u.data(), N * F);
+  ll.gate.backward(dh, false, lg.w_gate, dg, N, a.cgate);
+  ll.up.backward(dh, true, lg.w_up, du, N, a.cup);
+  std::memcpy(dx_mid, dx, residual_bytes);
+  rmsnorm_backward(dx_mid, lg.mlp_norm, dh, a.x_mid.data(), lw.mlp_norm, a.rstd2.data(), N, C, true);
+  // x_mid = x + o(attention(rope(norm(q(h1))), rope(norm(k(h1))), v(h1))), h1 = norm(x)
+  ll.o.backward(datt, false, lg.wo, dx_mid, N, a.co);
+  const AttentionShape shape{B_, T_, Hq, Hkv, D};
+  const bool bf16_attention = policy_.attention == Precision::kBF16;
+  if (attention_e4m3_.empty()) {
+    attention_backward(dq, dk, dv, datt, a.q.data(), a.k.data(), a.v.data(), shape, bf16_attention);
+  } else {
+    // P from the code values and head scales the forward attended with; the gradient flows
+    // straight through the rounding to the scaled values.
+    const E4m3Qkv e = round_qkv_to_e4m3(l, a, N);
+    const AttentionHeadScales scales{e.score_scales.data(), e.value_scales.data()};
+    const AttentionForwardInputs forward{e.q_codes, e.k_codes, e.v_codes, &scales};
+    attention_backward(dq, dk, dv, datt, e.q, e.k, e.v, shape, bf16_attention, &forward);
+  }
+  rope_backward(dq, batch_.positions.data(), N, Hq, D, rope_);
+  rope_backward(dk, batch_.positions.data(), N, Hkv, D, rope_);
+  const float* dq_in = dq;
+  const float* dk_in = dk;
+  if (config_.qk_norm) {
+    rmsnorm_backward(dq_raw, lg.q_norm, dq, a.q_raw.data(), lw.q_norm, a.q_rstd.data(), N * Hq, D, false);
+    rmsnorm_backward(dk_raw, lg.k_norm, dk, a.k_raw.data(), lw.k_norm, a.k_rstd.data(), N * Hkv, D, false);
+    dq_in = dq_raw;
+    dk_in = dk_raw;
+  }
+  ll.q.backward(dh, false, lg.wq, dq_in, N, a.cq);
+  ll.k.backward(dh, true, lg.wk, dk_in, N, a.ck);
+  ll.v.backward(dh, true, lg.wv, dv, N, a.cv);
+  std::memcpy(dx, dx_mid, residual_bytes);
+  rmsnorm_backward(dx, lg.attn_norm, dh, x, lw.attn_norm, a.rstd1.data(), N, C, true);
 }
 
 void Transformer::backward(const float* dlogprobs) {
   FP8RL_CHECK(B_ > 0, "backward called before forward");
-  const int64_t N = B_ * T_, C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
-  const int64_t D = config_.head_dim, QD = config_.q_dim(), KD = config_.kv_dim(), V = config_.vocab_size;
-  const AttentionShape shape{B_, T_, Hq, Hkv, D};
+  FP8RL_CHECK(!frozen_, "a frozen model has no backward");
+  FP8RL_CHECK(saved_for_backward_, "backward after a forward that did not save for backward (for_backward false)");
+  FP8RL_CHECK(!grads_.empty(), "backward: gradients were released (release_grads): call zero_grads first");
+  const int64_t N = B_ * T_, C = config_.d_model, F = config_.d_ff;
+  const int64_t QD = config_.q_dim(), KD = config_.kv_dim();
   // Gradient buffers, kept for the next call (every element is written before it is read).
   BackwardScratch& w = backward_scratch_;
-  ensure(w.dlogits, N * V), ensure(w.dhf, N * C), ensure(w.dx, N * C), ensure(w.dx_mid, N * C), ensure(w.dh, N * C);
+  ensure(w.dhf, N * C), ensure(w.dx, N * C), ensure(w.dx_mid, N * C), ensure(w.dh, N * C), ensure(w.tmp, N * C);
   ensure(w.ds, N * F), ensure(w.dg, N * F), ensure(w.du, N * F);
   ensure(w.datt, N * QD), ensure(w.dq, N * QD), ensure(w.dk, N * KD), ensure(w.dv, N * KD);
   if (config_.qk_norm) ensure(w.dq_raw, N * QD), ensure(w.dk_raw, N * KD);
-  float *dlogits = w.dlogits.data(), *dhf = w.dhf.data(), *dx = w.dx.data(), *dx_mid = w.dx_mid.data();
-  float *dh = w.dh.data(), *ds = w.ds.data(), *dg = w.dg.data(), *du = w.du.data(), *datt = w.datt.data();
-  float *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data(), *dq_raw = w.dq_raw.data(), *dk_raw = w.dk_raw.data();
-  const size_t residual_bytes = sizeof(float) * static_cast<size_t>(N * C);
+  float* dx = w.dx.data();
 
-  token_logprobs_backward(dlogits, dlogprobs, logits_.data(), batch_.targets.data(), N, V);
-  lm_head_.backward(dhf, false, g_.lm_head, dlogits, N, c_lm_head_);
-  rmsnorm_backward(dx, g_.final_norm, dhf, x_final_.data(), w_.final_norm, rstd_f_.data(), N, C, false);
+  lm_head_logprobs_backward(lm_head_, hf_.data(), N, batch_.targets.data(), lse_.data(), dlogprobs, w.dhf.data(),
+                            /*accumulate_dx=*/false, g_.lm_head, head_scratch_);
+  rmsnorm_backward(dx, g_.final_norm, w.dhf.data(), x_final_.data(), w_.final_norm, rstd_f_.data(), N, C, false);
 
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
-    LayerActs& a = acts_[static_cast<size_t>(l)];
-    const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
-    const LayerWeights& lg = g_.layers[static_cast<size_t>(l)];
-    const LayerLinears& ll = linears_[static_cast<size_t>(l)];
-    // x_next = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
-    ll.down.backward(ds, false, lg.w_down, dx, N, a.cdown);
-    swiglu_backward(dg, du, ds, a.g.data(), a.u.data(), N * F);
-    ll.gate.backward(dh, false, lg.w_gate, dg, N, a.cgate);
-    ll.up.backward(dh, true, lg.w_up, du, N, a.cup);
-    std::memcpy(dx_mid, dx, residual_bytes);
-    rmsnorm_backward(dx_mid, lg.mlp_norm, dh, a.x_mid.data(), lw.mlp_norm, a.rstd2.data(), N, C, true);
-    // x_mid = x + o(attention(rope(norm(q(h1))), rope(norm(k(h1))), v(h1))), h1 = norm(x)
-    ll.o.backward(datt, false, lg.wo, dx_mid, N, a.co);
-    attention_backward(dq, dk, dv, datt, a.probs.data(), a.q.data(), a.k.data(), a.v.data(), shape,
-                       policy_.attention == Precision::kBF16);
-    rope_backward(dq, batch_.positions.data(), N, Hq, D, rope_);
-    rope_backward(dk, batch_.positions.data(), N, Hkv, D, rope_);
-    const float* dq_in = dq;
-    const float* dk_in = dk;
-    if (config_.qk_norm) {
-      rmsnorm_backward(dq_raw, lg.q_norm, dq, a.q_raw.data(), lw.q_norm, a.q_rstd.data(), N * Hq, D, false);
-      rmsnorm_backward(dk_raw, lg.k_norm, dk, a.k_raw.data(), lw.k_norm, a.k_rstd.data(), N * Hkv, D, false);
-      dq_in = dq_raw;
-      dk_in = dk_raw;
+    const float* x = acts_[static_cast<size_t>(l)].x.data();
+    if (checkpointing_) {
+      // The layer's forward again, from its saved input: the same bits as the first time.
+      // w.dh is free here (written before it is read in layer_backward) and holds x_next.
+      layer_forward(l, x, recompute_acts_, w.dh.data(), w.tmp.data(), rows_, /*save_for_backward=*/true,
+                    /*stop_after_qkv=*/false);
+      layer_backward(l, x, recompute_acts_, dx, w);
+    } else {
+      layer_backward(l, x, acts_[static_cast<size_t>(l)], dx, w);
     }
-    ll.q.backward(dh, false, lg.wq, dq_in, N, a.cq);
-    ll.k.backward(dh, true, lg.wk, dk_in, N, a.ck);
-    ll.v.backward(dh, true, lg.wv, dv, N, a.cv);
-    std::memcpy(dx, dx_mid, residual_bytes);
-    rmsnorm_backward(dx, lg.attn_norm, dh, a.x.data(), lw.attn_norm, a.rstd1.data(), N, C, true);
   }
   // Embedding: dE[token[n], :] += dx[n, :]
   for (int64_t n = 0; n < N; ++n) {

@@ -14,6 +14,7 @@
 #include "kernels/rope.h"
 #include "model/config.h"
 #include "model/linear.h"
+#include "model/lm_head.h"
 #include "model/params.h"
 #include "model/precision.h"
 
@@ -32,19 +33,47 @@ struct TokenBatch {
   static TokenBatch empty(int64_t B, int64_t T, int32_t pad_token);
 };
 
+// Memory (docs/model.md, "Memory"): a trainable model holds the FP32 masters and gradients
+// [num_params] and each linear's low-precision copy; a forward for backward keeps per layer the
+// activations of LayerActs over the batch's N rows (or, with activation checkpointing, only each
+// layer's input, the rest recomputed layer by layer in backward); attention keeps no [T, T]
+// probabilities and the LM head no [N, V] logits. A frozen model (frozen_copy, the reference
+// policy; load_frozen_model) holds only what its forward reads: each linear's BF16 or FP8 copy,
+// the norms, and the embedding as BF16 (shared with a tied BF16 LM head's copy).
 class Transformer {
  public:
   Transformer(const ModelConfig& config, const PrecisionPolicy& policy);
+
+  // An empty frozen model of this architecture and policy: zero weights for a streaming loader to
+  // fill (frozen_linear, frozen_norm, set_frozen_embedding), then ready for forwards.
+  static Transformer frozen(const ModelConfig& config, const PrecisionPolicy& policy);
+  // A frozen copy of this model's current weights: its forwards give this model's log-probs bit
+  // for bit (the reference policy of GRPO's KL term).
+  Transformer frozen_copy() const;
+  bool is_frozen() const { return frozen_; }
 
   const ModelConfig& config() const { return config_; }
   const PrecisionPolicy& policy() const { return policy_; }
   const ParamLayout& layout() const { return layout_; }
   int64_t num_params() const { return layout_.numel(); }
-  float* params() { return params_.data(); }              // [num_params] FP32 masters
-  const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }                // [num_params] FP32, accumulated
+  // [num_params] FP32 masters. A frozen model has none (these throw).
+  float* params();
+  const float* params() const;
+  // [num_params] FP32, accumulated by backward(); allocated by the constructor and by zero_grads()
+  // after release_grads().
+  float* grads();
+  // Frees the gradient buffer until the next zero_grads() (between GRPO steps, where generation
+  // does not need it).
+  void release_grads();
   const WeightPointers& weights() const { return w_; }
   const WeightPointers& weight_grads() const { return g_; }
+
+  // Per-layer activation recomputation (policy.activation_checkpointing): a forward for backward
+  // keeps only each layer's input [N, C]; backward() runs the layer's forward again (the same
+  // bits: the same inputs through the same kernels) just before its backward. Results are
+  // bit-identical either way.
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool activation_checkpointing() const { return checkpointing_; }
 
   // Llama-style initialisation from a seed: N(0, 0.02) matrices (output projections scaled by
   // 1/sqrt(2L)), unit norms. Deterministic; calls refresh_weights().
@@ -55,11 +84,10 @@ class Transformer {
 
   // logprobs [B*T]: log-prob of targets[n] at row n (0 where targets[n] < 0). Saves activations;
   // `for_backward` false skips what only backward() reads (the FP8 linears' column-wise copies),
-  // for forwards that only want log-probs (the same log-probs); with FP8 linears a backward()
-  // after it is refused with an error naming the linear.
+  // for forwards that only want log-probs (the same log-probs); a backward() after it is refused.
   void forward(const TokenBatch& batch, float* logprobs, bool for_backward = true);
-  // Logits [B*T, V] of the last forward (FP32).
-  const float* logits() const { return logits_.data(); }
+  // Logits [rows.size(), V] (FP32) of the given rows of the last forward.
+  void logits(const std::vector<int64_t>& rows, float* out);
   // Adds the gradient of sum_n dlogprobs[n] * logprobs[n] to grads(). Uses the last forward.
   void backward(const float* dlogprobs);
 
@@ -73,6 +101,16 @@ class Transformer {
   // Linear::install_fp8_weights on the linear whose weight is `name` (an FP8 layer); throws for
   // any other name.
   void install_fp8_weights(std::string_view name, const QuantizedMatrix& w);
+  // A frozen model's pieces, for streamed loading: the linear whose weight is `name` (a layer
+  // linear or the LM head), the FP32 storage of the 1-D tensor `name` (a norm), and the embedding
+  // [V, C] (stored as BF16 values under BF16 activations; with tied embeddings and a BF16 head,
+  // the head's copy is the embedding and this is a no-op).
+  Linear& frozen_linear(std::string_view name);
+  float* frozen_norm(std::string_view name);
+  void set_frozen_embedding(const float* embed);
+  // The embedding row of each token as the forward reads it (BF16-rounded under BF16
+  // activations): the generator's refit source, [V, C] BF16 when embedding_bf16() is set.
+  const bf16_t* embedding_bf16() const;
   // Absolute maxima of q, k (after q/k-norm and RoPE) and v per layer, and per head of each, in
   // the last forward, over real (non-padding) rows: the KV-cache calibration of fp8-recipe.md
   // section 6 (per-head maxima for generation.kv_scale_granularity: head).
@@ -107,6 +145,8 @@ class Transformer {
   void prefix_logprobs(const TokenBatch& batch, float* logprobs);
 
  private:
+  struct FrozenTag {};
+  Transformer(const ModelConfig& config, const PrecisionPolicy& policy, FrozenTag);
   struct LayerLinears {
     Linear q, k, v, o, gate, up, down;
   };
@@ -119,10 +159,9 @@ class Transformer {
     AlignedBuffer<float> k_raw;   // [N, Hkv*D]
     AlignedBuffer<float> q_rstd;  // [N*Hq]
     AlignedBuffer<float> k_rstd;  // [N*Hkv]
-    AlignedBuffer<float> q;       // [N, Hq*D] after norm and RoPE
+    AlignedBuffer<float> q;       // [N, Hq*D] after norm and RoPE (before any E4M3 rounding)
     AlignedBuffer<float> k;       // [N, Hkv*D]
     AlignedBuffer<float> v;       // [N, Hkv*D]
-    AlignedBuffer<float> probs;   // [B, Hq, T, T]
     AlignedBuffer<float> att;     // [N, Hq*D] attention output
     AlignedBuffer<float> x_mid;   // [N, C] residual after attention
     AlignedBuffer<float> h2;      // [N, C] MLP-norm output
@@ -159,38 +198,63 @@ class Transformer {
   // rounding point unless fp32_lm_head, then the LM head into logits [N, V].
   void head_forward(float* logits, float* hf, float* rstd, const float* x, int64_t N, LinearCache& cache,
                     bool save_for_backward);
-  // One decoder layer over `rows`: input a.x, output x_next [N, C] (may be a.x), returns the
-  // layer's q/k/v amax over the real rows. `save_for_backward` keeps the FP8 linears' column-wise
-  // copies; `stop_after_qkv` returns right after the amax (x_next untouched).
-  QkvAmax layer_forward(int64_t l, LayerActs& a, float* x_next, float* tmp, const RowLayout& rows,
+  // One decoder layer over `rows`: input x [N, C], output x_next [N, C] (may be x), the
+  // activations into `a`; returns the layer's q/k/v amax over the real rows. `save_for_backward`
+  // keeps the FP8 linears' column-wise copies; `stop_after_qkv` returns right after the amax
+  // (x_next untouched). `tmp` [N, C] is scratch.
+  QkvAmax layer_forward(int64_t l, const float* x, LayerActs& a, float* x_next, float* tmp, const RowLayout& rows,
                         bool save_for_backward, bool stop_after_qkv) const;
-  void ensure_layer_acts(LayerActs& a, int64_t N, int64_t probs_size) const;
+  // With attention_e4m3_: layer l's q (when scaled), k and v rounded to E4M3 with its scales, into
+  // e4m3_qkv_: the code values the attention reads and the scaled values the gradient flows
+  // through, from a.q, a.k, a.v (left as they are).
+  struct E4m3Qkv {
+    const float *q_codes, *k_codes, *v_codes;  // [N, Hq*D], [N, Hkv*D] x 2
+    const float *q, *k, *v;                    // the scaled values
+    std::vector<float> score_scales, value_scales;  // [Hkv] each
+  };
+  E4m3Qkv round_qkv_to_e4m3(int64_t l, const LayerActs& a, int64_t N) const;
+  // dx [N, C] (the gradient of the layer's output) becomes the gradient of its input x; the
+  // layer's weight gradients are added. `w` holds the other gradient buffers.
+  struct BackwardScratch;
+  void layer_backward(int64_t l, const float* x, const LayerActs& a, float* dx, BackwardScratch& w);
+  void ensure_layer_acts(LayerActs& a, int64_t N) const;
   void resize_activations(int64_t B, int64_t T);
   void round_activations(float* x, int64_t n) const;
+  void bind_frozen_storage();
 
   ModelConfig config_;
   PrecisionPolicy policy_;
   ParamLayout layout_;
+  bool frozen_ = false;
+  bool checkpointing_ = false;
+  // Trainable: the FP32 masters [num_params]. Frozen: only the 1-D tensors (norms), packed.
   AlignedBuffer<float> params_, grads_;
   WeightPointers w_, g_;
   std::vector<LayerLinears> linears_;
   Linear lm_head_;
+  // Frozen only: the embedding [V, C] as the forward reads it (BF16, or FP32 under FP32
+  // activations); empty when a tied BF16 head's copy serves.
+  AlignedBuffer<bf16_t> embed_bf16_;
+  AlignedBuffer<float> embed_f32_;
   RopeTable rope_;
 
   // Activations of the last forward.
   int64_t B_ = 0, T_ = 0;
+  bool saved_for_backward_ = false;
   TokenBatch batch_;  // copy of the last forward's batch
-  std::vector<LayerActs> acts_;
-  AlignedBuffer<float> x_final_, hf_, rstd_f_, logits_;  // [N, C], [N, C], [N], [N, V]
+  RowLayout rows_;    // and its layout
+  std::vector<LayerActs> acts_;  // per layer (with checkpointing only their x)
+  LayerActs recompute_acts_;     // checkpointing: the layer being differentiated
+  AlignedBuffer<float> x_final_, hf_, rstd_f_, lse_;  // [N, C], [N, C], [N], [N]
+  LmHeadScratch head_scratch_;
   struct BackwardScratch {  // backward's gradient buffers, reused across calls
-    AlignedBuffer<float> dlogits, dhf, dx, dx_mid, dh, ds, dg, du, datt, dq, dk, dv, dq_raw, dk_raw;
+    AlignedBuffer<float> dhf, dx, dx_mid, dh, ds, dg, du, datt, dq, dk, dv, dq_raw, dk_raw, tmp;
   };
   BackwardScratch backward_scratch_;
-  LinearCache c_lm_head_;
   std::vector<QkvAmax> qkv_amax_;
   std::vector<AttentionE4m3Scales> attention_e4m3_;  // [n_layers] or empty
-  // With attention_e4m3_: one layer's q, k, v as E4M3 code values (unscaled) for the attention
-  // forward, which applies the scales per KV head as the generator does (layer_forward's scratch).
+  // With attention_e4m3_: one layer's q, k, v as E4M3 code values (unscaled) for the attention,
+  // which applies the scales per KV head as the generator does, and as the scaled values.
   mutable AlignedBuffer<float> e4m3_qkv_;
   // Scratch of qkv_amax(): one layer's activations (reused by every layer) and the projections.
   LayerActs calib_acts_;

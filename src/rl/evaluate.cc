@@ -25,10 +25,14 @@ std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std:
     }
     std::vector<float> unused(static_cast<size_t>(B * T));
     model.forward(batch, unused.data(), /*for_backward=*/false);
+    std::vector<int64_t> last_rows;  // each sequence's last position
+    for (int64_t b = 0; b < B; ++b) last_rows.push_back(b * T + static_cast<int64_t>(seqs[static_cast<size_t>(b)].size()) - 1);
+    std::vector<float> logits(static_cast<size_t>(B * V));
+    model.logits(last_rows, logits.data());
     bool any = false;
     for (int64_t b = 0; b < B; ++b) {
       if (done[static_cast<size_t>(b)]) continue;
-      const float* row = model.logits() + (b * T + static_cast<int64_t>(seqs[static_cast<size_t>(b)].size()) - 1) * V;
+      const float* row = logits.data() + b * V;
       int32_t best = 0;
       for (int64_t v = 1; v < V; ++v)
         if (row[v] > row[best]) best = static_cast<int32_t>(v);

@@ -8,6 +8,7 @@
 
 #include "core/rng.h"
 #include "kernels/attention.h"
+#include "kernels/attention_row.h"
 #include "kernels/logprob.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -25,6 +26,24 @@ std::vector<float> randn(int64_t n, uint64_t stream, float stddev = 1.0f) {
   std::vector<float> v(static_cast<size_t>(n));
   fill_normal(v.data(), n, 0.0f, stddev, 77, stream);
   return v;
+}
+
+// The attention probabilities P [B, Hq, T, T] attention_forward computes (and keeps nowhere):
+// the row function of every query row, zeros past the causal length.
+std::vector<float> attention_probs(const std::vector<float>& q, const std::vector<float>& k,
+                                   const std::vector<float>& v, const AttentionShape& s, bool bf16) {
+  const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv;
+  std::vector<float> probs(static_cast<size_t>(s.B * s.Hq * s.T * s.T), 0.0f), out(static_cast<size_t>(s.D));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.Hq; ++h)
+      for (int64_t t = 0; t < s.T; ++t) {
+        const int64_t g = h / group;
+        const AttentionRows run{k.data() + b * s.T * ldkv + g * s.D, v.data() + b * s.T * ldkv + g * s.D, t + 1};
+        attention_row_kv(out.data(), probs.data() + ((b * s.Hq + h) * s.T + t) * s.T, q.data() + (b * s.T + t) * ldq + h * s.D,
+                         &run, 1, t + 1, s.D, ldkv, KvElement::kF32, 1.0f / std::sqrt(static_cast<float>(s.D)), 1.0f,
+                         bf16);
+      }
+  return probs;
 }
 
 double dot(const std::vector<float>& a, const std::vector<float>& b) {
@@ -97,12 +116,14 @@ TEST_P(AttentionBackwardBlocks, MatchTheFullProductsInDouble) {
   if (bf16)
     for (auto* x : {&q, &k, &v, &dout})
       for (float& e : *x) e = bf16_to_f32(f32_to_bf16(e));
-  std::vector<float> o(nq), probs(static_cast<size_t>(s.B * s.Hq * s.T * s.T)), dq(nq), dk(nkv), dv(nkv);
-  attention_forward(o.data(), probs.data(), q.data(), k.data(), v.data(), s, bf16);
+  std::vector<float> o(nq), dq(nq), dk(nkv), dv(nkv);
+  attention_forward(o.data(), q.data(), k.data(), v.data(), s, bf16);
+  const std::vector<float> probs = attention_probs(q, k, v, s, bf16);
   if (bf16) {
     for (float p : probs) ASSERT_EQ(p, bf16_to_f32(f32_to_bf16(p))) << "P is rounded to BF16 in the forward";
   }
-  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), probs.data(), q.data(), k.data(), v.data(), s, bf16);
+  // The backward recomputes P in blocks of 64 query rows (T = 150: three blocks, the last partial).
+  attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), s, bf16);
   const double scale = 1.0 / std::sqrt(static_cast<double>(s.D));
   std::vector<double> rq(nq, 0.0), rk(nkv, 0.0), rv(nkv, 0.0), ds(static_cast<size_t>(s.T * s.T));
   for (int64_t b = 0; b < s.B; ++b)
@@ -179,17 +200,18 @@ TEST(OpsGrad, Attention) {
   const AttentionShape s{2, 5, 4, 2, 4};
   const int64_t nq = s.B * s.T * s.Hq * s.D, nkv = s.B * s.T * s.Hkv * s.D;
   auto q = randn(nq, 1), k = randn(nkv, 2), v = randn(nkv, 3), r = randn(nq, 4);
-  std::vector<float> o(nq), probs(static_cast<size_t>(s.B * s.Hq * s.T * s.T)), dq(nq), dk(nkv), dv(nkv);
+  std::vector<float> o(nq), dq(nq), dk(nkv), dv(nkv);
   auto loss = [&] {
-    attention_forward(o.data(), probs.data(), q.data(), k.data(), v.data(), s);
+    attention_forward(o.data(), q.data(), k.data(), v.data(), s);
     return dot(o, r);
   };
   loss();
-  attention_backward(dq.data(), dk.data(), dv.data(), r.data(), probs.data(), q.data(), k.data(), v.data(), s);
+  attention_backward(dq.data(), dk.data(), dv.data(), r.data(), q.data(), k.data(), v.data(), s);
   expect_gradient_matches("attention dq", q.data(), nq, dq.data(), loss, 1e-2, 1e-3, 1e-2);
   expect_gradient_matches("attention dk", k.data(), nkv, dk.data(), loss, 1e-2, 1e-3, 1e-2);
   expect_gradient_matches("attention dv", v.data(), nkv, dv.data(), loss, 1e-2, 1e-3, 1e-2);
   // Causality: the first position's output depends on the first key/value only.
+  const std::vector<float> probs = attention_probs(q, k, v, s, false);
   for (int64_t h = 0; h < s.Hq; ++h) EXPECT_EQ(probs[static_cast<size_t>(h * s.T * s.T)], 1.0f);
 }
 

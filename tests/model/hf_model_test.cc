@@ -70,7 +70,10 @@ Outputs fp8rl_forward(Transformer& model, const TokenBatch& b) {
   Outputs o;
   o.logprobs.resize(static_cast<size_t>(b.B * b.T));
   model.forward(b, o.logprobs.data(), /*for_backward=*/false);
-  o.logits.assign(model.logits(), model.logits() + b.B * b.T * model.config().vocab_size);
+  std::vector<int64_t> rows(static_cast<size_t>(b.B * b.T));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  o.logits.resize(rows.size() * static_cast<size_t>(model.config().vocab_size));
+  model.logits(rows, o.logits.data());
   return o;
 }
 

@@ -1,0 +1,53 @@
+// The LM head and the token log-probs in chunks, so that the logits of all N rows (N x V floats:
+// 2.7 GB for 4,500 tokens of a 152k vocabulary) and their gradient never exist at once, the idea
+// of Liger Kernel's fused linear cross-entropy and of Cut Cross-Entropy.
+//
+//   x [N, C]   the final norm's output (BF16 values unless the head is FP32)
+//   W [V, C]   the head's weights (Linear: BF16 copy, or FP32 master with policy.fp32_lm_head)
+//
+// Forward: rows in chunks of at most kHeadChunkElements / V rows: logits [chunk, V] = x W^T (the
+// GEMM the Linear's forward runs), then the log-prob of each row's target and its log-sum-exp
+// (kernels/logprob.h). Only logprob [N] and lse [N] are kept. Rows are independent, so the chunk
+// size changes no bit.
+//
+// Backward: the vocabulary in slices of kHeadSliceColumns (a constant: the order of the dx sum
+// depends on it and on nothing else). For each slice in order: its logits [N, slice] are computed
+// again (the same bits as in the forward: a GEMM element depends on K only), turned into dlogits
+// in place, rounded to BF16 as Linear::backward rounds dY (BF16 head), then
+//   dx        (+)= dlogits W[slice]        the slices summed in slice order
+//   dW[slice]  += dlogits^T x              one GEMM over all N rows, as the unsliced head's
+// Recomputing the logits costs one more x W^T (a third more head FLOPs) and saves N x V floats.
+#pragma once
+
+#include <cstdint>
+
+#include "core/aligned_buffer.h"
+#include "model/linear.h"
+#include "numerics/bf16.h"
+
+namespace fp8rl {
+
+inline constexpr int64_t kHeadChunkElements = int64_t{16} << 20;  // logits per forward chunk (64 MB)
+inline constexpr int64_t kHeadSliceColumns = 2048;                 // vocabulary columns per backward slice
+
+// Storage reused from call to call (sized for the largest batch seen).
+struct LmHeadScratch {
+  AlignedBuffer<bf16_t> x_bf16;   // [N, C]
+  AlignedBuffer<float> logits;    // [chunk, V] or [N, slice]
+  AlignedBuffer<bf16_t> dlogits;  // [N, slice] BF16
+};
+
+// logprob [N] of targets [N] (< 0: none, log-prob 0), lse [N] (0 where there is no target).
+void lm_head_logprobs_forward(const Linear& head, const float* x, int64_t N, const int32_t* targets, float* logprob,
+                              float* lse, LmHeadScratch& scratch);
+
+// dx [N, C] (+)= d/dx and dw [V, C] += d/dW of sum_n dlogprob[n] * logprob[n], with lse from the
+// forward. dx is overwritten unless `accumulate_dx`.
+void lm_head_logprobs_backward(const Linear& head, const float* x, int64_t N, const int32_t* targets,
+                               const float* lse, const float* dlogprob, float* dx, bool accumulate_dx, float* dw,
+                               LmHeadScratch& scratch);
+
+// logits [N, V] of the rows x [N, C] (greedy decoding and tests; N small).
+void lm_head_logits(const Linear& head, const float* x, int64_t N, float* logits, LmHeadScratch& scratch);
+
+}  // namespace fp8rl
