@@ -1,6 +1,13 @@
 // Owned, 64-byte-aligned, zero-initialised storage for trivially copyable elements.
 // Move-only: copies are explicit (`clone()`), so a deep copy never happens by accident.
+//
+// Buffers of kMappedBufferBytes or more are anonymous memory maps: the kernel hands out zeroed
+// pages when they are first touched, so allocating costs nothing and the resident set grows only
+// with what is used (a KV cache budget, a gradient buffer before backward). From 4 MiB they ask
+// for transparent huge pages (madvise), 512 times fewer page faults when they are touched.
 #pragma once
+
+#include <sys/mman.h>
 
 #include <cstddef>
 #include <cstdlib>
@@ -12,6 +19,31 @@
 namespace fp8rl {
 
 inline constexpr size_t kBufferAlignment = 64;
+inline constexpr size_t kMappedBufferBytes = size_t{1} << 20;
+inline constexpr size_t kHugePageBufferBytes = size_t{4} << 20;
+
+namespace detail {
+// Zeroed storage of `bytes` (a multiple of kBufferAlignment); nullptr on failure.
+inline void* allocate_zeroed(size_t bytes) {
+  if (bytes < kMappedBufferBytes) {
+    void* p = std::aligned_alloc(kBufferAlignment, bytes);
+    if (p != nullptr) std::memset(p, 0, bytes);
+    return p;
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  if (bytes >= kHugePageBufferBytes) madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failure is harmless
+  return p;
+}
+inline void release(void* p, size_t bytes) {
+  if (p == nullptr) return;
+  if (bytes < kMappedBufferBytes) {
+    std::free(p);
+  } else {
+    munmap(p, bytes);
+  }
+}
+}  // namespace detail
 
 template <typename T>
 class AlignedBuffer {
@@ -21,13 +53,10 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t size) : size_(size), capacity_(size) {
     if (size == 0) return;
-    // Round the byte count up to the alignment, as aligned_alloc requires.
-    const size_t bytes = (size * sizeof(T) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-    data_ = static_cast<T*>(std::aligned_alloc(kBufferAlignment, bytes));
+    data_ = static_cast<T*>(detail::allocate_zeroed(bytes_of(size)));
     if (data_ == nullptr) throw std::bad_alloc();
-    std::memset(static_cast<void*>(data_), 0, bytes);
   }
-  ~AlignedBuffer() { std::free(data_); }
+  ~AlignedBuffer() { detail::release(data_, bytes_of(capacity_)); }
 
   AlignedBuffer(AlignedBuffer&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
@@ -35,7 +64,7 @@ class AlignedBuffer {
         capacity_(std::exchange(other.capacity_, 0)) {}
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept {
     if (this != &other) {
-      std::free(data_);
+      detail::release(data_, bytes_of(capacity_));
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
       capacity_ = std::exchange(other.capacity_, 0);
@@ -74,6 +103,10 @@ class AlignedBuffer {
   const T* end() const { return data_ + size_; }
 
  private:
+  // The byte count of `n` elements rounded up to the alignment, as aligned_alloc requires.
+  static size_t bytes_of(size_t n) {
+    return (n * sizeof(T) + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  }
   T* data_ = nullptr;
   size_t size_ = 0;
   size_t capacity_ = 0;

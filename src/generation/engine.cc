@@ -80,30 +80,33 @@ void GenerationEngine::load_linear(EngineLinear& dst, const LinearWeightSource& 
       copy_floats(dst.f32, src.f32, N * K);
       break;
     case Precision::kBF16:
-      dst.bf16_rows.resize(static_cast<size_t>(N * K));
-      if (src.bf16 != nullptr) {
-        std::copy(src.bf16, src.bf16 + N * K, dst.bf16_rows.data());
+      if (src.bf16 != nullptr) {  // the trainer's BF16 copy, read in place
+        dst.own_bf16 = AlignedBuffer<bf16_t>();
+        dst.bf16_rows = src.bf16;
       } else {
         FP8RL_CHECK(src.f32 != nullptr, "generator weights: BF16 linear [{}, {}] needs BF16 or FP32 weights", N, K);
-        bf16_encode_f32(src.f32, dst.bf16_rows.data(), N * K);
+        dst.own_bf16.resize(static_cast<size_t>(N * K));
+        bf16_encode_f32(src.f32, dst.own_bf16.data(), N * K);
+        dst.bf16_rows = dst.own_bf16.data();
       }
-      pack_gemv_weights_bf16(dst.bf16_rows.data(), N, K, K, dst.packed, gemv);
+      pack_gemv_weights_bf16(dst.bf16_rows, N, K, K, dst.packed, gemv);
       break;
     case Precision::kFP8: {
-      QuantizedTensor& rows = dst.fp8_rows;
-      if (rows.rows() != N || rows.cols() != K || rows.mode() != ScalingMode::kBlocks128x128 ||
-          rows.scale_format != policy_.weight_scale_format)
-        rows = QuantizedTensor(ScalingMode::kBlocks128x128, N, K, policy_.weight_scale_format, false);
-      if (src.fp8 != nullptr) {  // the trainer's bytes
+      if (src.fp8 != nullptr) {  // the trainer's bytes, read in place
         FP8RL_CHECK(src.fp8->mode == ScalingMode::kBlocks128x128 && src.fp8->rows == N && src.fp8->cols == K,
                     "generator weights: FP8 source {} is not [{}, {}] in 128x128 blocks", src.fp8->str(), N, K);
-        std::copy(src.fp8->codes.begin(), src.fp8->codes.end(), rows.rowwise.codes.begin());
-        std::copy(src.fp8->scale_inv.begin(), src.fp8->scale_inv.end(), rows.rowwise.scale_inv.begin());
+        dst.own_fp8 = QuantizedTensor();
+        dst.fp8_rows = src.fp8;
       } else {
         FP8RL_CHECK(src.f32 != nullptr, "generator weights: FP8 linear [{}, {}] needs FP8 or FP32 weights", N, K);
+        QuantizedTensor& rows = dst.own_fp8;
+        if (rows.rows() != N || rows.cols() != K || rows.mode() != ScalingMode::kBlocks128x128 ||
+            rows.scale_format != policy_.weight_scale_format)
+          rows = QuantizedTensor(ScalingMode::kBlocks128x128, N, K, policy_.weight_scale_format, false);
         quantize_into(TensorView::contiguous(const_cast<float*>(src.f32), DType::kF32, Shape{N, K}), rows);
+        dst.fp8_rows = &rows.rowwise;
       }
-      pack_gemv_weights_fp8(rows.rowwise, dst.packed, gemv);
+      pack_gemv_weights_fp8(*dst.fp8_rows, dst.packed, gemv);
       break;
     }
   }
@@ -113,8 +116,16 @@ void GenerationEngine::update_weights(const GeneratorWeightSource& src) {
   FP8RL_CHECK(static_cast<int64_t>(src.layers.size()) == config_.n_layers, "generator weights: {} layers, expected {}",
               src.layers.size(), config_.n_layers);
   const int64_t C = config_.d_model, D = config_.head_dim;
-  copy_floats(embed_, src.embed, config_.vocab_size * C);
-  round_bf16(embed_.data(), config_.vocab_size * C);  // the trainer's embedding output is BF16
+  // The embedding rows as BF16 (the trainer's embedding output is BF16): the source's, or made here.
+  if (src.embed_bf16 != nullptr) {
+    own_embed_ = AlignedBuffer<bf16_t>();
+    embed_ = src.embed_bf16;
+  } else {
+    FP8RL_CHECK(src.embed != nullptr, "generator weights: the refit source has no embedding");
+    own_embed_.resize(static_cast<size_t>(config_.vocab_size * C));
+    bf16_encode_f32(src.embed, own_embed_.data(), config_.vocab_size * C);
+    embed_ = own_embed_.data();
+  }
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     const LayerWeightSource& s = src.layers[static_cast<size_t>(l)];
     EngineLayer& e = layers_[static_cast<size_t>(l)];
@@ -181,7 +192,7 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
       bf16_encode_f32(x, xh.data(), R * K);
       if (use_gemm) {
         for (const LinearCall* c : group)
-          gemm_nt_bf16(R, c->lin->N, K, xh.data(), K, c->lin->bf16_rows.data(), K, c->y, c->lin->N, false, gemm);
+          gemm_nt_bf16(R, c->lin->N, K, xh.data(), K, c->lin->bf16_rows, K, c->y, c->lin->N, false, gemm);
         continue;
       }
       for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows) {
@@ -200,7 +211,7 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
       quantize_into(TensorView::contiguous(const_cast<float*>(x + r0 * K), DType::kF32, Shape{m, K}), xq);
       if (use_gemm) {
         for (const LinearCall* c : group)
-          gemm_nt_fp8(xq.rowwise, c->lin->fp8_rows.rowwise, c->y, c->lin->N, false, gemm);
+          gemm_nt_fp8(xq.rowwise, *c->lin->fp8_rows, c->y, c->lin->N, false, gemm);
       } else {
         const std::vector<GemvTarget> at = gemv_targets(r0);
         gemv_fp8(at.data(), static_cast<int>(at.size()), xq.rowwise, gemv);
@@ -209,7 +220,7 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
   }
 }
 
-void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits) {
+void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits, const std::vector<int64_t>& logit_rows) {
   FP8RL_CHECK(weights_loaded_, "generate called before update_weights (the refit must load weights first)");
   const int64_t R = static_cast<int64_t>(rows.size());
   const int64_t C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
@@ -233,7 +244,8 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
     const Row& row = rows[static_cast<size_t>(r)];
     FP8RL_CHECK(row.token >= 0 && row.token < config_.vocab_size, "token id {} outside the vocabulary of {}", row.token,
                 config_.vocab_size);
-    std::memcpy(x.data() + r * C, embed_.data() + row.token * C, sizeof(float) * static_cast<size_t>(C));
+    const bf16_t* e = embed_ + row.token * C;
+    for (int64_t i = 0; i < C; ++i) x[static_cast<size_t>(r * C + i)] = bf16_to_f32(e[i]);
     positions[static_cast<size_t>(r)] = static_cast<int32_t>(row.pos);
   }
   if (config_.qk_norm) qn.resize(q.size()), kn.resize(k.size());
@@ -305,9 +317,20 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits)
     round_bf16(x.data(), R * C);
   }
   if (logits == nullptr) return;
-  rmsnorm_forward(h.data(), rstd.data(), x.data(), final_norm_.data(), R, C, config_.norm_eps);
-  if (!policy_.fp32_lm_head) round_bf16(h.data(), R * C);
-  linears_forward({{&lm_head_, logits}}, h.data(), R, false);
+  // The head on the wanted rows only (rows are independent: the same bits as on all of them).
+  int64_t L = R;
+  if (!logit_rows.empty()) {
+    L = static_cast<int64_t>(logit_rows.size());
+    for (int64_t i = 0; i < L; ++i) {
+      const int64_t r = logit_rows[static_cast<size_t>(i)];
+      FP8RL_CHECK(r >= i && r < R && (i == 0 || r > logit_rows[static_cast<size_t>(i) - 1]),
+                  "forward_rows: logit rows must be increasing row indices below {} (row {} at {})", R, r, i);
+      if (r != i) std::memcpy(x.data() + i * C, x.data() + r * C, sizeof(float) * static_cast<size_t>(C));
+    }
+  }
+  rmsnorm_forward(h.data(), rstd.data(), x.data(), final_norm_.data(), L, C, config_.norm_eps);
+  if (!policy_.fp32_lm_head) round_bf16(h.data(), L * C);
+  linears_forward({{&lm_head_, logits}}, h.data(), L, false);
 }
 
 std::vector<float> GenerationEngine::prompt_logits(const std::vector<int32_t>& tokens) {
@@ -428,16 +451,25 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
     stats_.peak_active = std::max<int64_t>(stats_.peak_active, static_cast<int64_t>(active.size()));
     if (!prefill.empty()) {
       const Timer prefill_timer;
-      std::vector<float> logits(prefill.size() * static_cast<size_t>(V));
-      forward_rows(prefill, logits.data());
+      // Logits of the prompts' last rows only (a prompt's other rows only fill the cache).
+      std::vector<int64_t> last_rows;
+      for (const auto& [p, r] : prefix_last_rows) last_rows.push_back(r);
+      for (const auto& [s, r] : prefill_last_rows) last_rows.push_back(r);
+      std::sort(last_rows.begin(), last_rows.end());
+      std::vector<float> logits(last_rows.size() * static_cast<size_t>(V));
+      forward_rows(prefill, logits.data(), last_rows);
       stats_.prefill_seconds += prefill_timer.seconds();
       stats_.prefill_tokens += static_cast<int64_t>(prefill.size());
+      auto logits_of = [&](int64_t r) {
+        const auto at = std::lower_bound(last_rows.begin(), last_rows.end(), r) - last_rows.begin();
+        return logits.begin() + at * V;
+      };
       for (const auto& [p, r] : prefix_last_rows) {
         Prefix& pre = prefixes[static_cast<size_t>(p)];
-        pre.last_logits.assign(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+        pre.last_logits.assign(logits_of(r), logits_of(r) + V);
         pre.prefilled = true;
       }
-      for (const auto& [s, r] : prefill_last_rows) s->first_logits.assign(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+      for (const auto& [s, r] : prefill_last_rows) s->first_logits.assign(logits_of(r), logits_of(r) + V);
     }
     // A newly admitted sample draws its first token from the logits after the prompt.
     for (Sample* s : admitted)

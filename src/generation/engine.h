@@ -34,9 +34,11 @@
 
 namespace fp8rl {
 
-// What the refit hands over for one linear W [N, K]. `f32` (the master) is always set; `fp8` is
-// the trainer's 128x128 quantization of this step when the trainer runs the layer in FP8 (the
-// generator then repacks those exact bytes), `bf16` its BF16 copy when it runs in BF16.
+// What the refit hands over for one linear W [N, K]: `fp8`, the trainer's 128x128 quantization
+// of this step when the trainer runs the layer in FP8, `bf16` its BF16 copy when it runs in BF16,
+// `f32` the master (absent for a frozen source). The generator reads `fp8` and `bf16` in place
+// (its GEMM path multiplies by those very bytes, no second copy) and packs them into its own GEMV
+// layout; only from `f32` does it make row-major weights of its own.
 struct LinearWeightSource {
   const float* f32 = nullptr;
   const QuantizedMatrix* fp8 = nullptr;
@@ -52,7 +54,8 @@ struct LayerWeightSource {
 };
 
 struct GeneratorWeightSource {
-  const float* embed = nullptr;  // [V, C] FP32 masters
+  const float* embed = nullptr;        // [V, C] FP32 masters (absent for a frozen source)
+  const bf16_t* embed_bf16 = nullptr;  // [V, C] the same rounded to BF16 (read in place when set)
   std::vector<LayerWeightSource> layers;
   const float* final_norm = nullptr;  // [C]
   LinearWeightSource lm_head;         // [V, C]
@@ -108,9 +111,11 @@ class GenerationEngine {
   const KvCache& kv_cache() const { return kv_; }
   Precision linear_precision(int64_t layer, int64_t index) const;  // index: q k v o gate up down
 
-  // Refit: copies / repacks the weights into the engine's buffers in place (no reallocation
-  // after the first call). With an FP8 KV cache, the scales are invalidated: the caller must
-  // set_kv_scales for the new weights before generating.
+  // Refit: repacks the weights into the engine's GEMV buffers in place (no reallocation after the
+  // first call) and keeps pointers to the source's BF16 / FP8 row-major bytes and BF16 embedding,
+  // which must stay valid and unchanged until the next update_weights (the trainer's copies: the
+  // trainer rewrites them only in refresh_weights, which a refit follows). With an FP8 KV cache,
+  // the scales are invalidated: the caller must set_kv_scales for the new weights before generating.
   void update_weights(const GeneratorWeightSource& source);
   // Validated (finite, > 0; q too with FP8 attention) per-layer scales, per-head where given.
   void set_kv_scales(const std::vector<QkvScales>& scales);
@@ -130,9 +135,12 @@ class GenerationEngine {
     Precision precision = Precision::kBF16;
     PackedGemvWeights packed;         // BF16 or FP8 weights in the GEMV layout
     // The same weights row-major, for forwards of more than kGemvMaxRows rows (prefill, large
-    // decode batches), which run through the GEMM: its rows are bit-identical to the GEMV's.
-    AlignedBuffer<bf16_t> bf16_rows;  // [N, K]
-    QuantizedTensor fp8_rows;         // [N, K] codes, 128x128 scales (no column-wise copy)
+    // decode batches), which run through the GEMM: its rows are bit-identical to the GEMV's. The
+    // source's bytes where it has them (bf16_rows / fp8_rows point there), else the own_* copies.
+    const bf16_t* bf16_rows = nullptr;         // [N, K]
+    const QuantizedMatrix* fp8_rows = nullptr;  // [N, K] codes, 128x128 scales
+    AlignedBuffer<bf16_t> own_bf16;
+    QuantizedTensor own_fp8;
     AlignedBuffer<float> f32;         // FP32 weights (FP32 LM head only)
     int64_t N = 0, K = 0;
   };
@@ -160,14 +168,17 @@ class GenerationEngine {
   // (BF16 encoding or the 1x128 quantization); up to kGemvMaxRows rows go through one GEMV call
   // (one pass of the pool for all of them), more rows through one GEMM per linear.
   void linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round_bf16);
-  // Runs the rows through the model, writing their K/V into the cache; logits [R, V] if wanted.
-  void forward_rows(const std::vector<Row>& rows, float* logits);
+  // Runs the rows through the model, writing their K/V into the cache; then, if `logits` is
+  // given, the logits [logit_rows.size(), V] of the rows listed in `logit_rows` (all R rows when
+  // it is empty): a prefill needs only its prompts' last rows.
+  void forward_rows(const std::vector<Row>& rows, float* logits, const std::vector<int64_t>& logit_rows = {});
 
   ModelConfig config_;
   PrecisionPolicy policy_;
   EngineOptions options_;
   bool weights_loaded_ = false;
-  AlignedBuffer<float> embed_;  // [V, C] BF16-valued
+  const bf16_t* embed_ = nullptr;  // [V, C] the source's BF16 embedding, or own_embed_
+  AlignedBuffer<bf16_t> own_embed_;
   std::vector<EngineLayer> layers_;
   AlignedBuffer<float> final_norm_;
   EngineLinear lm_head_;

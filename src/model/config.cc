@@ -35,8 +35,21 @@ ModelConfig model_preset(std::string_view name, int64_t vocab_size) {
     // streams them from DRAM. Training it would need ~12 GB of FP32 masters and AdamW state.
     c.d_model = 2048, c.n_layers = 16, c.n_heads = 16, c.n_kv_heads = 8, c.head_dim = 128, c.d_ff = 5632;
     c.max_seq_len = 2048;
+  } else if (name == "qwen3-0.6b") {
+    // Qwen3-0.6B's shapes (its config.json), with its vocabulary whatever the tokenizer: random
+    // weights of a real model's size, for benchmarks and memory tests (596 M parameters).
+    c.vocab_size = 151936;
+    c.d_model = 1024, c.n_layers = 28, c.n_heads = 16, c.n_kv_heads = 8, c.head_dim = 128, c.d_ff = 3072;
+    c.max_seq_len = 4096, c.rope_theta = 1000000.0, c.qk_norm = true, c.norm_eps = 1e-6f;
+  } else if (name == "llama-3.2-1b") {
+    // Llama-3.2-1B's shapes (1.24 B parameters), Llama 3 RoPE scaling, tied embeddings.
+    c.vocab_size = 128256;
+    c.d_model = 2048, c.n_layers = 16, c.n_heads = 32, c.n_kv_heads = 8, c.head_dim = 64, c.d_ff = 8192;
+    c.max_seq_len = 4096, c.rope_theta = 500000.0, c.norm_eps = 1e-5f;
+    c.rope_llama3_scaling = true;
+    c.rope_scaling = {32.0, 1.0, 4.0, 8192.0};
   } else {
-    FP8RL_CHECK(false, "unknown model preset '{}' (known: tiny, small, medium, large)", name);
+    FP8RL_CHECK(false, "unknown model preset '{}' (known: {})", name, kModelPresetNames);
   }
   c.validate();
   return c;

@@ -33,8 +33,12 @@ struct ModelConfig {
 };
 
 // Named presets: "tiny" (tests), "small" (the default demo), "medium" (benchmarks, ~25M
-// parameters), "large" (decode benchmarks only, ~755M: FP8 weights larger than the L3). Throws
-// for an unknown name, listing the known ones.
+// parameters), "large" (decode benchmarks only, ~755M: FP8 weights larger than the L3), and the
+// shapes of real checkpoints with their own vocabularies (`vocab_size` is ignored for them):
+// "qwen3-0.6b" (Qwen3-0.6B: 28 layers, C 1024, 16/8 heads of 128, F 3072, V 151,936, q/k-norm,
+// tied) and "llama-3.2-1b" (Llama-3.2-1B: 16 layers, C 2048, 32/8 heads of 64, F 8192,
+// V 128,256, Llama 3 RoPE scaling, tied). Throws for an unknown name, listing the known ones.
+inline constexpr const char* kModelPresetNames = "tiny, small, medium, large, qwen3-0.6b, llama-3.2-1b";
 ModelConfig model_preset(std::string_view name, int64_t vocab_size);
 
 }  // namespace fp8rl

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/memory.h"
 #include "core/progress.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -134,8 +135,10 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   const std::vector<std::vector<int32_t>> val_ids =
       encode_prompts(tok, task->validation(), config.max_new_tokens, policy.config().max_seq_len, "validation");
   const bool use_reference = config.loss.reference_policy_kl_penalty > 0;
+  // The KL term's reference: the initial weights, frozen (the low-precision copies the policy's
+  // forward reads, no masters, no gradients), taken before a resume loads the checkpoint.
   std::optional<Transformer> reference;
-  if (use_reference) reference.emplace(load_job_model(config));
+  if (use_reference) reference.emplace(policy.frozen_copy());
   AdamW optimizer(policy.layout(), config.adam);
   LrSchedule schedule = config.schedule;
   if (schedule.total_steps == 0) schedule.total_steps = config.grpo_max_num_steps * (rollouts / global);
@@ -380,6 +383,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
                       {"refit", t_refit},           {"kv_calibration", t_kv}, {"total", total}};
     line["tokens_per_s"] = {{"generation", static_cast<double>(gen_tokens) / t_generation},
                             {"training", static_cast<double>(gen_tokens) / t_training}};
+    line["memory"] = {{"peak_rss_gib", gib(peak_rss_bytes())}};  // the process's peak so far (a measurement, like timing)
     metrics << line.dump() << "\n" << std::flush;
     if (tensorboard) {
       tensorboard->add_scalars(step + 1, unix_time_seconds(), metrics_line_scalars(line));
@@ -425,9 +429,10 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     const double n = static_cast<double>(result.steps);
     fmt::print("grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}; mean step "
                "{:.2f}s = generation {:.2f} + logprobs {:.2f} + training {:.2f} + refit {:.3f} + kv_calibration {:.3f}; "
-               "{} skipped optimizer steps; {} rollouts waited for KV cache pages\n",
+               "{} skipped optimizer steps; {} rollouts waited for KV cache pages; peak RSS {:.2f} GiB\n",
                result.val_accuracy_before, result.val_accuracy_after, sum_mult_err / n, sum_time[5] / n, sum_time[0] / n,
-               sum_time[1] / n, sum_time[2] / n, sum_time[3] / n, sum_time[4] / n, skipped_total, kv_waited_total);
+               sum_time[1] / n, sum_time[2] / n, sum_time[3] / n, sum_time[4] / n, skipped_total, kv_waited_total,
+               gib(peak_rss_bytes()));
   }
   return result;
 }

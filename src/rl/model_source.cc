@@ -35,10 +35,12 @@ Transformer load_job_model(const RunConfig& config) {
   if (const std::optional<std::string> dir = config.model_dir()) {
     Transformer model(load_model_config(*dir), config.trainer_policy());
     load_model_weights(*dir, model);
+    model.set_activation_checkpointing(config.activation_checkpointing);
     return model;
   }
   Transformer model(config.model_config(), config.trainer_policy());
   model.init_random(static_cast<uint64_t>(config.model_seed));
+  model.set_activation_checkpointing(config.activation_checkpointing);
   return model;
 }
 

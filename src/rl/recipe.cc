@@ -11,7 +11,8 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("logger.tensorboard_enabled", &c.tensorboard_enabled, false,
         "also write the metrics as TensorBoard scalars (events.out.tfevents.* in the run directory)");
 
-  s.add("model.preset", &c.model_preset, "small", "architecture preset").choices({"tiny", "small", "medium"});
+  s.add("model.preset", &c.model_preset, "small", "architecture preset (qwen3-0.6b, llama-3.2-1b: real shapes, random weights)")
+      .choices({"tiny", "small", "medium", "qwen3-0.6b", "llama-3.2-1b"});
   s.add("model.name", &c.model_name, std::nullopt,
         "Hugging Face model directory to start from: config.json, safetensors weights, tokenizer.json (null: "
         "model.checkpoint, else a random model of model.preset)");
@@ -21,7 +22,7 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "framing of prompts for a model directory's tokenizer.json (auto: from its special tokens)")
       .choices({"auto", "llama3", "qwen3", "none"});
   s.add("model.seed", &c.model_seed, 1, "seed of the random initialisation").at_least(0);
-  s.add("model.max_seq_len", &c.max_seq_len, 64, "longest sequence (prompt + response) in tokens").range(8, 4096);
+  s.add("model.max_seq_len", &c.max_seq_len, 64, "longest sequence (prompt + response) in tokens").range(8, 40960);
 
   s.add("policy.precision", &c.precision, "bf16", "trainer linear layers").choices({"fp32", "bf16", "fp8"});
   s.add("policy.fp8.num_first_layers_in_bf16", &c.num_first_layers_in_bf16, 0,
@@ -38,6 +39,9 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "attention products (Q K^T, P V and their gradients) in both engines: fp32, or bf16 operands with FP32 "
         "accumulation (P and dS rounded to BF16)")
       .choices({"fp32", "bf16"});
+  s.add("policy.activation_checkpointing", &c.activation_checkpointing, false,
+        "keep only each layer's input for backward and recompute the rest layer by layer (the same bits; "
+        "about a third more trainer FLOPs, activation memory a layer's instead of the model's)");
   s.add("policy.fp8_kv_attention", &c.fp8_kv_attention, false,
         "with an FP8 KV cache, the trainer's attention reads the generator's E4M3 Q/K/V values "
         "(same scales; straight-through backward)");

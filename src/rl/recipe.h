@@ -47,6 +47,7 @@ struct RunConfig {
   bool fp32_lm_head = false;                // policy.fp32_lm_head
   std::string attention_precision;          // policy.attention_precision: fp32 | bf16
   bool fp8_kv_attention = false;            // policy.fp8_kv_attention (with an FP8 KV cache)
+  bool activation_checkpointing = false;    // policy.activation_checkpointing
 
   // Optimizer and schedule (policy.optimizer.*, policy.scheduler.*).
   AdamWConfig adam;

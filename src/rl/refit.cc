@@ -8,9 +8,9 @@
 namespace fp8rl {
 
 namespace {
-LinearWeightSource source_of(const Linear& lin, const float* master) {
+LinearWeightSource source_of(const Linear& lin) {
   LinearWeightSource s;
-  s.f32 = master;
+  s.f32 = lin.f32_weights();  // the master (a frozen trainer has none but for FP32 layers)
   if (lin.precision() == Precision::kFP8) s.fp8 = &lin.fp8_weights().rowwise;
   if (lin.precision() == Precision::kBF16) s.bf16 = lin.bf16_weights().data();
   return s;
@@ -22,6 +22,7 @@ GeneratorWeightSource generator_weight_source(const Transformer& trainer) {
   const std::vector<Transformer::NamedLinear> linears = trainer.linears();  // 7 per layer, then the LM head
   GeneratorWeightSource src;
   src.embed = w.embed;
+  src.embed_bf16 = trainer.embedding_bf16();
   src.final_norm = w.final_norm;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& lw = w.layers[l];
@@ -30,12 +31,11 @@ GeneratorWeightSource generator_weight_source(const Transformer& trainer) {
     ls.mlp_norm = lw.mlp_norm;
     ls.q_norm = lw.q_norm;
     ls.k_norm = lw.k_norm;
-    const float* masters[7] = {lw.wq, lw.wk, lw.wv, lw.wo, lw.w_gate, lw.w_up, lw.w_down};
     LinearWeightSource* dst[7] = {&ls.q, &ls.k, &ls.v, &ls.o, &ls.gate, &ls.up, &ls.down};
-    for (size_t i = 0; i < 7; ++i) *dst[i] = source_of(*linears[l * 7 + i].linear, masters[i]);
+    for (size_t i = 0; i < 7; ++i) *dst[i] = source_of(*linears[l * 7 + i].linear);
     src.layers.push_back(ls);
   }
-  src.lm_head = source_of(*linears.back().linear, w.lm_head);
+  src.lm_head = source_of(*linears.back().linear);
   return src;
 }
 

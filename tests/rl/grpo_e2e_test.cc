@@ -69,7 +69,7 @@ std::vector<nlohmann::json> read_metrics(const fs::path& run, bool drop_timings)
   std::string line;
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line);
-    if (drop_timings) j.erase("timing"), j.erase("tokens_per_s");
+    if (drop_timings) j.erase("timing"), j.erase("tokens_per_s"), j.erase("memory");  // measurements
     lines.push_back(j);
   }
   return lines;
