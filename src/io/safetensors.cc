@@ -386,4 +386,37 @@ void SafetensorsFile::read_as_f32(std::string_view name, float* dst) const {
   }
 }
 
+namespace {
+int64_t row_elements(const SafetensorsTensorInfo& meta) {
+  int64_t n = 1;
+  for (int i = 1; i < meta.shape.rank; ++i) n *= meta.shape[i];
+  return n;
+}
+}  // namespace
+
+void SafetensorsFile::read_rows(std::string_view name, int64_t row0, int64_t rows, void* dst) const {
+  const SafetensorsTensorInfo& meta = info(name);
+  if (meta.shape.rank < 1 || row0 < 0 || rows < 0 || row0 + rows > meta.shape[0])
+    fail(path_, fmt::format("tensor '{}' {}: rows [{}, {}) requested", name, shape_text(meta.shape), row0, row0 + rows));
+  const uint64_t row_bytes = (meta.end - meta.begin) / static_cast<uint64_t>(std::max<int64_t>(meta.shape[0], 1));
+  if (rows == 0 || row_bytes == 0) return;
+  read_bytes(data_start_ + meta.begin + static_cast<uint64_t>(row0) * row_bytes, dst,
+             static_cast<uint64_t>(rows) * row_bytes, name);
+}
+
+void SafetensorsFile::read_rows_as_f32(std::string_view name, int64_t row0, int64_t rows, float* dst) const {
+  const SafetensorsTensorInfo& meta = info(name);
+  const int64_t n = rows * row_elements(meta);
+  if (meta.dtype_name == "F32") return read_rows(name, row0, rows, dst);
+  if (meta.dtype_name != "BF16" && meta.dtype_name != "F16")
+    fail(path_, fmt::format("tensor '{}' has dtype {}, expected F32, BF16 or F16", name, meta.dtype_name));
+  std::vector<uint16_t> half(static_cast<size_t>(n));
+  read_rows(name, row0, rows, half.data());
+  if (meta.dtype_name == "BF16") {
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(half[static_cast<size_t>(i)]);
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(half[static_cast<size_t>(i)]);
+  }
+}
+
 }  // namespace fp8rl

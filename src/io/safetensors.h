@@ -100,6 +100,11 @@ class SafetensorsFile {
   void read_as_f32(std::string_view name, float* dst) const;
   // Reads a tensor into existing storage (any strides) whose dtype and shape must match.
   void read_into(std::string_view name, const TensorView& dst) const;
+  // Rows [row0, row0 + rows) of a tensor of rank >= 1 (a row: the product of the other
+  // dimensions), for streaming a large tensor in pieces: as stored (any dtype, `dst` holds
+  // rows * row elements of its size), or widened to FP32 from F32, BF16 or F16.
+  void read_rows(std::string_view name, int64_t row0, int64_t rows, void* dst) const;
+  void read_rows_as_f32(std::string_view name, int64_t row0, int64_t rows, float* dst) const;
 
  private:
   SafetensorsFile() = default;

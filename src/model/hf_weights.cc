@@ -2,13 +2,17 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
+#include "core/timer.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/hf_config.h"
@@ -143,32 +147,133 @@ std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, co
   return plan;
 }
 
+// Reports a long load on stderr: after two seconds, a line redrawn in place on a terminal, or a
+// line every ten seconds otherwise, then the total when it is done.
+class LoadProgress {
+ public:
+  LoadProgress(const fs::path& dir, const std::vector<StoredParam>& plan) : dir_(dir) {
+    for (const StoredParam& s : plan) {
+      const SafetensorsTensorInfo& info = s.file->info(s.param->name);
+      total_ += static_cast<int64_t>(info.end - info.begin);
+    }
+  }
+  void add(const StoredParam& s) {
+    const SafetensorsTensorInfo& info = s.file->info(s.param->name);
+    done_ += static_cast<int64_t>(info.end - info.begin);
+    const double t = clock_.seconds();
+    if (t < 2.0 || (!terminal_ && t - last_ < 10.0) || (terminal_ && t - last_ < 0.2)) return;
+    last_ = t;
+    std::fprintf(stderr, "%sloading %s: %.0f%% (%.0f of %.0f MB) in %.1f s%s", terminal_ ? "\r" : "",
+                 dir_.string().c_str(), 100.0 * static_cast<double>(done_) / static_cast<double>(std::max<int64_t>(total_, 1)),
+                 static_cast<double>(done_) / 1e6, static_cast<double>(total_) / 1e6, t, terminal_ ? "" : "\n");
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  ~LoadProgress() {
+    if (!shown_) return;
+    std::fprintf(stderr, "%sloaded %s: %.0f MB in %.1f s\n", terminal_ ? "\r" : "", dir_.string().c_str(),
+                 static_cast<double>(total_) / 1e6, clock_.seconds());
+  }
+
+ private:
+  fs::path dir_;
+  int64_t total_ = 0, done_ = 0;
+  Timer clock_;
+  double last_ = 0;
+  bool terminal_ = isatty(fileno(stderr)) != 0, shown_ = false;
+};
+
+// The stored FP8 codes and 128x128 scales of `s` (an F8_E4M3 tensor).
+QuantizedMatrix read_fp8(const StoredParam& s) {
+  const int64_t rows = s.param->shape[0], cols = s.param->shape[1];
+  QuantizedMatrix q(ScalingMode::kBlocks128x128, rows, cols);
+  s.file->read_into(s.param->name, TensorView::contiguous(q.codes.data(), DType::kE4M3, s.param->shape));
+  const ScaleShape ss = q.scales();
+  s.scale_file->read_into(s.scale_name, TensorView::contiguous(q.scale_inv.data(), DType::kF32, Shape{ss.rows, ss.cols}));
+  return q;
+}
+
+// Rows [r0, r0 + n) of a stored FP8 matrix, dequantized into dst [n, cols].
+void dequantize_rows(const QuantizedMatrix& q, int64_t r0, int64_t n, float* dst) {
+  for (int64_t r = r0; r < r0 + n; ++r)
+    for (int64_t c = 0; c < q.cols; ++c)
+      dst[(r - r0) * q.cols + c] = e4m3_to_f32(q.codes[static_cast<size_t>(r * q.cols + c)]) * q.scale_at(r, c);
+}
+
 }  // namespace
 
 void load_model_weights(const fs::path& dir, Transformer& model) {
   const WeightFiles w = open_weight_files(dir);
   const std::vector<StoredParam> plan = plan_load(dir, w, model);
+  LoadProgress progress(dir, plan);
   std::vector<std::pair<std::string, QuantizedMatrix>> fp8;  // installed after the refresh
   for (const StoredParam& s : plan) {
     float* dst = model.params() + s.param->offset;
     if (s.scale_file == nullptr) {
       s.file->read_as_f32(s.param->name, dst);
-      continue;
+    } else {
+      QuantizedMatrix q = read_fp8(s);
+      dequantize_rows(q, 0, q.rows, dst);
+      fp8.emplace_back(s.param->name, std::move(q));
     }
-    const int64_t rows = s.param->shape[0], cols = s.param->shape[1];
-    QuantizedMatrix q(ScalingMode::kBlocks128x128, rows, cols);
-    s.file->read_into(s.param->name, TensorView::contiguous(q.codes.data(), DType::kE4M3, s.param->shape));
-    const ScaleShape ss = q.scales();
-    s.scale_file->read_into(s.scale_name, TensorView::contiguous(q.scale_inv.data(), DType::kF32, Shape{ss.rows, ss.cols}));
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = e4m3_to_f32(q.codes[static_cast<size_t>(r * cols + c)]) * q.scale_at(r, c);
-    fp8.emplace_back(s.param->name, std::move(q));
+    progress.add(s);
   }
   model.refresh_weights();
   std::map<std::string, Precision> precision_of;
   for (const Transformer::NamedLinear& l : model.linears()) precision_of[l.name] = l.linear->precision();
   for (const auto& [name, q] : fp8)
     if (precision_of[name] == Precision::kFP8) model.install_fp8_weights(name, q);
+}
+
+Transformer load_frozen_model(const fs::path& dir, const PrecisionPolicy& policy, int64_t band_rows) {
+  FP8RL_CHECK(band_rows > 0 && band_rows % kQuantBlock == 0, "load_frozen_model: band of {} rows (a multiple of 128)",
+              band_rows);
+  Transformer model = Transformer::frozen(load_model_config(dir), policy);
+  const WeightFiles w = open_weight_files(dir);
+  const std::vector<StoredParam> plan = plan_load(dir, w, model);
+  LoadProgress progress(dir, plan);
+  const ModelConfig& c = model.config();
+  std::vector<float> f32;
+  std::vector<bf16_t> bf16;
+  for (const StoredParam& s : plan) {
+    const std::string& name = s.param->name;
+    const SafetensorsTensorInfo& info = s.file->info(name);
+    if (s.param->shape.rank == 1) {
+      s.file->read_as_f32(name, model.frozen_norm(name));
+      progress.add(s);
+      continue;
+    }
+    const bool embedding = name == "model.embed_tokens.weight";
+    Linear* linear = !embedding || c.tie_embeddings ? &model.frozen_linear(name) : nullptr;
+    const int64_t rows = s.param->shape[0], cols = s.param->shape[1];
+    if (s.scale_file != nullptr && linear != nullptr && !embedding && linear->precision() == Precision::kFP8) {
+      linear->install_fp8_weights(read_fp8(s));  // the stored bytes, as the trainable model installs them
+      progress.add(s);
+      continue;
+    }
+    std::optional<QuantizedMatrix> stored_fp8;
+    if (s.scale_file != nullptr) stored_fp8 = read_fp8(s);
+    for (int64_t r0 = 0; r0 < rows; r0 += band_rows) {
+      const int64_t n = std::min(band_rows, rows - r0);
+      if (!stored_fp8 && info.dtype_name == "BF16") {  // BF16 stays BF16 where the target is BF16
+        bf16.resize(static_cast<size_t>(n * cols));
+        s.file->read_rows(name, r0, n, bf16.data());
+        if (embedding) model.set_frozen_embedding_rows_bf16(bf16.data(), r0, n);
+        if (linear != nullptr) linear->set_frozen_rows_bf16(bf16.data(), r0, n);
+        continue;
+      }
+      f32.resize(static_cast<size_t>(n * cols));
+      if (stored_fp8) {
+        dequantize_rows(*stored_fp8, r0, n, f32.data());
+      } else {
+        s.file->read_rows_as_f32(name, r0, n, f32.data());
+      }
+      if (embedding) model.set_frozen_embedding_rows(f32.data(), r0, n);
+      if (linear != nullptr) linear->set_frozen_rows(f32.data(), r0, n);
+    }
+    progress.add(s);
+  }
+  return model;
 }
 
 const char* hf_export_format_name(HfExportFormat format) { return format == HfExportFormat::kFP8 ? "fp8" : "bf16"; }

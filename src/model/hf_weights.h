@@ -13,6 +13,8 @@
 // (transformers' Llama conversion permutes Meta's interleaved pairs once, at conversion), which
 // is the layout fp8rl's RoPE uses (kernels/rope.h): the rows load as they are, no permutation.
 //
+// Loading that takes more than two seconds reports its progress on stderr (bytes read, rate).
+//
 // Writing (export_hf_model), published atomically:
 //   config.json           the architecture (hf_config.h) over the source model's config.json;
 //                         torch_dtype "bfloat16"; for the FP8 format a quantization_config
@@ -42,6 +44,14 @@ namespace fp8rl {
 // Reads DIR's weights into `model` (whose config must be load_model_config(DIR)) and refreshes
 // its low-precision copies; FP8-stored linears that the model runs in FP8 get the stored bytes.
 void load_model_weights(const std::filesystem::path& dir, Transformer& model);
+
+// DIR's model as a frozen Transformer under `policy` (forward only: generation, calibration,
+// a reference policy), streamed: each tensor goes from the file to its final precision in bands
+// of rows (BF16 copies, FP8 codes quantized 128 rows at a time, stored FP8 bytes as they are), so
+// no FP32 master and no FP32 copy of a whole large tensor ever exists. The same forward bits as
+// load_model_weights into a trainable model of that policy. `band_rows` (a multiple of 128) is the
+// piece size.
+Transformer load_frozen_model(const std::filesystem::path& dir, const PrecisionPolicy& policy, int64_t band_rows = 1024);
 
 enum class HfExportFormat : uint8_t { kBF16, kFP8 };
 const char* hf_export_format_name(HfExportFormat format);

@@ -95,15 +95,40 @@ Linear Linear::frozen(std::string name, int64_t out_features, int64_t in_feature
   return f;
 }
 
-void Linear::set_frozen_weights(const float* w) {
-  FP8RL_CHECK(frozen_, "linear '{}': set_frozen_weights on a trainable linear", name_);
+void Linear::set_frozen_rows(const float* w, int64_t row0, int64_t rows) {
+  FP8RL_CHECK(frozen_, "linear '{}': set_frozen_rows on a trainable linear", name_);
+  FP8RL_CHECK(row0 >= 0 && rows >= 0 && row0 + rows <= N_, "linear '{}': rows [{}, {}) outside [0, {})", name_, row0,
+              row0 + rows, N_);
   switch (precision_) {
-    case Precision::kF32: std::copy(w, w + N_ * K_, w_f32_.data()); break;
-    case Precision::kBF16: bf16_encode_f32(w, w_bf16_.data(), N_ * K_); break;
-    case Precision::kFP8:
-      quantize_into(TensorView::contiguous(const_cast<float*>(w), DType::kF32, Shape{N_, K_}), w_fp8_);
+    case Precision::kF32: std::copy(w, w + rows * K_, w_f32_.data() + row0 * K_); break;
+    case Precision::kBF16: bf16_encode_f32(w, w_bf16_.data() + row0 * K_, rows * K_); break;
+    case Precision::kFP8: {
+      FP8RL_CHECK(row0 % kQuantBlock == 0 && (rows % kQuantBlock == 0 || row0 + rows == N_),
+                  "linear '{}': FP8 rows [{}, {}) do not cover whole 128-row blocks", name_, row0, row0 + rows);
+      if (rows == 0) return;
+      QuantizedTensor band(ScalingMode::kBlocks128x128, rows, K_, weight_format_, /*with_columnwise=*/false);
+      quantize_into(TensorView::contiguous(const_cast<float*>(w), DType::kF32, Shape{rows, K_}), band);
+      QuantizedMatrix& dst = w_fp8_.rowwise;
+      std::copy(band.rowwise.codes.begin(), band.rowwise.codes.end(), dst.codes.data() + row0 * K_);
+      const int64_t scale_cols = dst.scales().cols;
+      std::copy(band.rowwise.scale_inv.begin(), band.rowwise.scale_inv.end(),
+                dst.scale_inv.data() + row0 / kQuantBlock * scale_cols);
       break;
+    }
   }
+}
+
+void Linear::set_frozen_rows_bf16(const bf16_t* w, int64_t row0, int64_t rows) {
+  if (precision_ == Precision::kBF16) {
+    FP8RL_CHECK(frozen_ && row0 >= 0 && rows >= 0 && row0 + rows <= N_,
+                "linear '{}': set_frozen_rows_bf16 rows [{}, {}) on a {} linear of {} rows", name_, row0, row0 + rows,
+                frozen_ ? "frozen" : "trainable", N_);
+    std::copy(w, w + rows * K_, w_bf16_.data() + row0 * K_);
+    return;
+  }
+  std::vector<float> f(static_cast<size_t>(rows * K_));
+  for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_f32(w[i]);
+  set_frozen_rows(f.data(), row0, rows);
 }
 
 void Linear::install_fp8_weights(const QuantizedMatrix& w) {

@@ -64,9 +64,12 @@ class Linear {
   // install_fp8_weights to fill (streamed loading: no FP32 master is ever held).
   static Linear frozen(std::string name, int64_t out_features, int64_t in_features, Precision precision,
                        ScaleFormat weight_format, ScaleFormat activation_format, bool round_output_bf16);
-  // Sets a frozen linear's weights from a high-precision matrix [N, K] (row stride K), exactly as
-  // refresh_weights would make them, without keeping `w` (streamed loading).
-  void set_frozen_weights(const float* w);
+  // Sets rows [row0, row0 + rows) of a frozen linear's weights from high-precision rows
+  // [rows, K], exactly as refresh_weights would make them from the whole matrix, without keeping
+  // `w` (streamed loading). For an FP8 layer row0 and rows are multiples of 128 (rows may end at N):
+  // 128x128 blocks are quantized whole. From BF16 rows, a BF16 layer copies them as they are.
+  void set_frozen_rows(const float* w, int64_t row0, int64_t rows);
+  void set_frozen_rows_bf16(const bf16_t* w, int64_t row0, int64_t rows);
   bool frozen() const { return frozen_; }
 
   // y [M, N] = x [M, K] W^T; saves what backward needs in `cache`. With save_for_backward false

@@ -225,7 +225,7 @@ Transformer Transformer::frozen_copy() const {
   f.lm_head_ = lm_head_.frozen_copy();
   for (const ParamInfo& p : layout_.tensors())
     if (p.shape.rank == 1) std::copy(params_.data() + p.offset, params_.data() + p.offset + p.shape.numel(), f.frozen_norm(p.name));
-  f.set_frozen_embedding(w_.embed);
+  f.set_frozen_embedding_rows(w_.embed, 0, config_.vocab_size);
   f.attention_e4m3_ = {};
   return f;
 }
@@ -272,15 +272,23 @@ float* Transformer::frozen_norm(std::string_view name) {
   return nullptr;
 }
 
-void Transformer::set_frozen_embedding(const float* embed) {
-  FP8RL_CHECK(frozen_, "set_frozen_embedding on a trainable model");
-  const int64_t VC = config_.vocab_size * config_.d_model;
-  if (!embed_f32_.empty()) {
-    std::copy(embed, embed + VC, embed_f32_.data());
-  } else if (!embed_bf16_.empty()) {
-    bf16_encode_f32(embed, embed_bf16_.data(), VC);
-  }
-  // else: the tied BF16 head's copy is the embedding (set with the head).
+void Transformer::set_frozen_embedding_rows(const float* rows, int64_t row0, int64_t n) {
+  FP8RL_CHECK(frozen_, "set_frozen_embedding_rows on a trainable model");
+  const int64_t C = config_.d_model;
+  FP8RL_CHECK(row0 >= 0 && n >= 0 && row0 + n <= config_.vocab_size, "embedding rows [{}, {}) outside [0, {})", row0,
+              row0 + n, config_.vocab_size);
+  if (!embed_f32_.empty()) std::copy(rows, rows + n * C, embed_f32_.data() + row0 * C);
+  if (!embed_bf16_.empty()) bf16_encode_f32(rows, embed_bf16_.data() + row0 * C, n * C);
+}
+
+void Transformer::set_frozen_embedding_rows_bf16(const bf16_t* rows, int64_t row0, int64_t n) {
+  FP8RL_CHECK(frozen_, "set_frozen_embedding_rows_bf16 on a trainable model");
+  const int64_t C = config_.d_model;
+  FP8RL_CHECK(row0 >= 0 && n >= 0 && row0 + n <= config_.vocab_size, "embedding rows [{}, {}) outside [0, {})", row0,
+              row0 + n, config_.vocab_size);
+  if (!embed_bf16_.empty()) std::copy(rows, rows + n * C, embed_bf16_.data() + row0 * C);
+  if (!embed_f32_.empty())
+    for (int64_t i = 0; i < n * C; ++i) embed_f32_[static_cast<size_t>(row0 * C + i)] = bf16_to_f32(rows[i]);
 }
 
 const bf16_t* Transformer::embedding_bf16() const {

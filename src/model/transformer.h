@@ -102,12 +102,14 @@ class Transformer {
   // any other name.
   void install_fp8_weights(std::string_view name, const QuantizedMatrix& w);
   // A frozen model's pieces, for streamed loading: the linear whose weight is `name` (a layer
-  // linear or the LM head), the FP32 storage of the 1-D tensor `name` (a norm), and the embedding
-  // [V, C] (stored as BF16 values under BF16 activations; with tied embeddings and a BF16 head,
-  // the head's copy is the embedding and this is a no-op).
+  // linear or the LM head, also under "model.embed_tokens.weight" when tied), the FP32 storage
+  // of the 1-D tensor `name` (a norm), and rows [row0, row0 + rows) of the embedding [V, C]
+  // (stored as BF16 under BF16 activations; with tied embeddings and a BF16 head the head's copy
+  // is the embedding, and these are no-ops: set the head's rows).
   Linear& frozen_linear(std::string_view name);
   float* frozen_norm(std::string_view name);
-  void set_frozen_embedding(const float* embed);
+  void set_frozen_embedding_rows(const float* rows, int64_t row0, int64_t n);
+  void set_frozen_embedding_rows_bf16(const bf16_t* rows, int64_t row0, int64_t n);
   // The embedding row of each token as the forward reads it (BF16-rounded under BF16
   // activations): the generator's refit source, [V, C] BF16 when embedding_bf16() is set.
   const bf16_t* embedding_bf16() const;

@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/check.h"
+#include "core/memory.h"
+#include "core/timer.h"
 #include "model/checkpoint.h"
 #include "rl/refit.h"
 #include "rl/model_source.h"
@@ -16,9 +20,11 @@ void run_generate_job(const GenerateJobOptions& o) {
   PrecisionPolicy policy;
   policy.linear = parse_precision(o.precision);
   FP8RL_CHECK(policy.linear != Precision::kF32, "--precision must be bf16 or fp8, got {}", o.precision);
-  // The trainer side only serves as the refit source and, for an FP8 KV cache, the calibration.
-  Transformer trainer(config, policy);
-  load_model_weights(o.checkpoint, trainer);
+  // The trainer side only serves as the refit source and, for an FP8 KV cache, the calibration:
+  // a frozen model (each linear's BF16 or FP8 copy, no FP32 masters), whose bytes the generator
+  // then reads in place.
+  const Timer clock;
+  Transformer trainer = load_frozen_model(o.checkpoint, policy);
   EngineOptions eo;
   eo.kv_dtype = parse_kv_dtype(o.kv_cache_dtype.c_str());
   eo.batch_invariant = o.batch_invariant;
@@ -35,7 +41,9 @@ void run_generate_job(const GenerateJobOptions& o) {
   g.max_new_tokens = o.max_new_tokens;
   g.sampling = {static_cast<float>(o.temperature), o.top_k, static_cast<float>(o.top_p), o.seed};
   g.eos = tok.eos();
+  const double load_seconds = clock.seconds();
   const auto seqs = engine.generate({prompt}, o.num_samples, g);
+  const GenerationStats& st = engine.last_stats();
   fmt::print("prompt {:?}, {} samples, {} linears, {} KV cache\n", o.prompt, o.num_samples, o.precision, o.kv_cache_dtype);
   for (const GeneratedSequence& s : seqs) {
     double total = 0;
@@ -47,6 +55,13 @@ void run_generate_job(const GenerateJobOptions& o) {
     fmt::print("[{}] {:?}  logprob {:.3f}  ({})  tokens [{}]\n", s.sample_index, tok.decode_response(s.tokens), total,
                s.finish == FinishReason::kStop ? "eos" : "length", lps);
   }
+  // On stderr, so that stdout stays the same bits for the same inputs.
+  fmt::print(stderr,
+             "generate: loaded in {:.2f} s, first tokens at {:.2f} s (prefill {} tokens {:.2f} s), decode {} tokens in {:.2f} s "
+             "({:.1f} tokens/s); peak RSS {:.2f} GiB\n",
+             load_seconds, load_seconds + st.prefill_seconds, st.prefill_tokens, st.prefill_seconds, st.decode_tokens,
+             st.decode_seconds, static_cast<double>(st.decode_tokens) / std::max(st.decode_seconds, 1e-9),
+             gib(peak_rss_bytes()));
 }
 
 }  // namespace fp8rl

@@ -193,6 +193,23 @@ TEST(HfModel, Fp8AndBf16ExportsLoadBackWithBitIdenticalLogprobs) {
   const Outputs after_bf16 = fp8rl_forward(tmp / "bf16", bf16_policy, batch);
   EXPECT_EQ(0, std::memcmp(before_fp8.logprobs.data(), after_fp8.logprobs.data(), before_fp8.logprobs.size() * 4));
   EXPECT_EQ(0, std::memcmp(before_bf16.logprobs.data(), after_bf16.logprobs.data(), before_bf16.logprobs.size() * 4));
+  // Streamed into frozen models (128-row bands: the 300-row embedding and 320-row MLP matrices in
+  // several pieces, FP8 blocks quantized band by band): the same log-probs again, from the FP8
+  // export's stored bytes, and from the BF16 export quantized on the way in.
+  Transformer trainable_from_bf16(export_config(), fp8_policy());
+  load_model_weights(tmp / "bf16", trainable_from_bf16);
+  const Outputs want_quantized = fp8rl_forward(trainable_from_bf16, batch);
+  const struct {
+    const char* dir;
+    PrecisionPolicy policy;
+    const Outputs& want;
+  } frozen_cases[] = {{"fp8", fp8_policy(), before_fp8}, {"bf16", bf16_policy, before_bf16}, {"bf16", fp8_policy(), want_quantized}};
+  for (const auto& f : frozen_cases) {
+    Transformer frozen = load_frozen_model(tmp / f.dir, f.policy, /*band_rows=*/128);
+    std::vector<float> lp(static_cast<size_t>(batch.B * batch.T));
+    frozen.forward(batch, lp.data());
+    EXPECT_EQ(0, std::memcmp(lp.data(), f.want.logprobs.data(), lp.size() * 4)) << "frozen from " << f.dir;
+  }
 
   // The reference reads the FP8 export as fp8rl's FP32 model does.
   run_reference(fmt::format("logprobs {0}/fp8 {0}/batch.safetensors {0}/fp8.out", tmp.path().string()));
