@@ -27,10 +27,12 @@
 #include "bench/bench_suites.h"
 #include "core/check.h"
 #include "core/cpu_features.h"
+#include "core/memory.h"
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "model/config.h"
+#include "model/hf_config.h"
 #include "model/optimizer.h"
 #include "model/transformer.h"
 #include "rl/sft.h"
@@ -105,18 +107,40 @@ namespace {
 constexpr int kThreadCounts[] = {1, 2};
 constexpr const char* kPeerName = "torch_bf16_autocast";
 
-// The benchmark's model and batch: `medium` at 8 x 256 tokens, or `tiny` at 2 x 32 (--quick).
+// The benchmark's model and batch: `medium` at 8 x 256 tokens, `tiny` at 2 x 32 (--quick), or
+// the shape of --preset / --model at 2 x 512 (--batch, --seq override either).
 struct ModelBenchSetup {
   ModelConfig config;
   int64_t B = 0, T = 0;
+  // A model of real size (over 100 M parameters): its cases run one model at a time (two of them
+  // with their AdamW state would not fit in memory), and without the FP32-attention case.
+  bool one_at_a_time = false;
 };
 
-ModelBenchSetup model_bench_setup(bool quick) {
+ModelBenchSetup model_bench_setup(bool quick, const BenchOptions& o) {
   ModelBenchSetup s;
-  s.config = model_preset(quick ? "tiny" : "medium", CharTokenizer::kVocabSize);
-  s.B = quick ? 2 : 8;
-  s.T = quick ? 32 : 256;
+  if (!o.model_dir.empty()) {
+    s.config = load_model_config(o.model_dir);
+  } else {
+    s.config = model_preset(o.preset.empty() ? (quick ? "tiny" : "medium") : o.preset, CharTokenizer::kVocabSize);
+  }
+  const bool own_preset = o.model_dir.empty() && o.preset.empty();
+  s.B = o.batch > 0 ? o.batch : quick ? 2 : own_preset ? 8 : 2;
+  s.T = o.seq > 0 ? o.seq : quick ? 32 : own_preset ? 256 : 512;
+  s.config.max_seq_len = std::max(s.config.max_seq_len, s.T + 1);
+  s.one_at_a_time = ParamLayout(s.config).numel() > 100'000'000;
   return s;
+}
+
+// The flags that make a child process run this setup.
+std::string setup_flags(const BenchOptions& o) {
+  std::string f;
+  if (!o.preset.empty()) f += fmt::format(" --preset '{}'", o.preset);
+  if (!o.model_dir.empty()) f += fmt::format(" --model '{}'", o.model_dir);
+  if (o.batch > 0) f += fmt::format(" --batch {}", o.batch);
+  if (o.seq > 0) f += fmt::format(" --seq {}", o.seq);
+  if (o.checkpointing) f += " --checkpointing";
+  return f;
 }
 
 // Parameters of the linears (q, k, v, o, gate, up, down and the LM head): 6 flops per parameter
@@ -129,7 +153,7 @@ double linear_params(const ModelConfig& c) {
 
 // Child side: BF16 and FP8 training steps at the pool's thread count, timed alternately.
 void run_model_child(const BenchOptions& options, bool quick) {
-  const ModelBenchSetup s = model_bench_setup(quick);
+  const ModelBenchSetup s = model_bench_setup(quick, options);
   const int threads = kernel_threads();
   // Random tokens 3..V-1 (no pad/bos/eos); every row is scored on the token that follows it.
   TokenBatch batch = TokenBatch::empty(s.B, s.T, CharTokenizer::kPad);
@@ -149,24 +173,40 @@ void run_model_child(const BenchOptions& options, bool quick) {
     const char* name;
     Precision linear, attention;
   };
-  const Case cases[] = {{"train_step_bf16", Precision::kBF16, Precision::kBF16},
-                        {"train_step_fp8", Precision::kFP8, Precision::kBF16},
-                        {"train_step_bf16_fp32_attention", Precision::kBF16, Precision::kF32}};
-  std::vector<std::unique_ptr<Transformer>> models;
-  std::vector<std::unique_ptr<AdamW>> optimizers;
-  std::vector<std::function<void()>> steps;
-  for (const Case& c : cases) {
+  std::vector<Case> cases = {{"train_step_bf16", Precision::kBF16, Precision::kBF16},
+                             {"train_step_fp8", Precision::kFP8, Precision::kBF16},
+                             {"train_step_bf16_fp32_attention", Precision::kBF16, Precision::kF32}};
+  if (s.one_at_a_time) cases.pop_back();
+  struct Trainee {
+    std::unique_ptr<Transformer> model;
+    std::unique_ptr<AdamW> optimizer;
+  };
+  auto make = [&](const Case& c) {
     PrecisionPolicy policy;
     policy.linear = c.linear;
     policy.attention = c.attention;
-    models.push_back(std::make_unique<Transformer>(s.config, policy));
-    models.back()->init_random(/*seed=*/1);
-    optimizers.push_back(std::make_unique<AdamW>(models.back()->layout(), AdamWConfig{}));
-    Transformer* m = models.back().get();
-    AdamW* o = optimizers.back().get();
-    steps.push_back([m, o, &batch] { sft_step(*m, *o, batch, 1e-4); });
+    Trainee t{std::make_unique<Transformer>(s.config, policy), nullptr};
+    t.model->init_random(/*seed=*/1);
+    t.model->set_activation_checkpointing(options.checkpointing);
+    t.optimizer = std::make_unique<AdamW>(t.model->layout(), AdamWConfig{});
+    return t;
+  };
+  std::vector<double> seconds;
+  std::vector<double> peak_rss;  // GiB after each case (one_at_a_time)
+  if (s.one_at_a_time) {  // each case alone: build, warm up and time it, free it
+    for (const Case& c : cases) {
+      Trainee t = make(c);
+      seconds.push_back(time_interleaved({[&] { sft_step(*t.model, *t.optimizer, batch, 1e-4); }}, options.repeats)[0]);
+      peak_rss.push_back(gib(peak_rss_bytes()));
+    }
+  } else {
+    std::vector<Trainee> trainees;
+    std::vector<std::function<void()>> steps;
+    for (const Case& c : cases) trainees.push_back(make(c));
+    for (Trainee& t : trainees) steps.push_back([&t, &batch] { sft_step(*t.model, *t.optimizer, batch, 1e-4); });
+    seconds = time_interleaved(steps, options.repeats);
   }
-  const std::vector<double> seconds = time_interleaved(steps, options.repeats);
+  const int64_t num_params = ParamLayout(s.config).numel();
 
   // The compute limit of the GEMM path in use: AMX tile products, vdpbf16ps, or the AVX2 level's
   // FP32 FMAs (its BF16 and FP8 operands are widened to FP32 while packing).
@@ -192,7 +232,8 @@ void run_model_child(const BenchOptions& options, bool quick) {
                                 {"attention", precision_name(cases[i].attention)},
                                 {"preset", s.config.preset},
                                 {"batch", fmt::format("{}x{}", s.B, s.T)},
-                                {"params", models[i]->num_params()},
+                                {"params", num_params},
+                                {"activation_checkpointing", options.checkpointing},
                                 {"threads", threads},
                                 {"seconds", seconds[i]},
                                 {"tokens_per_s", tokens / seconds[i]},
@@ -203,6 +244,7 @@ void run_model_child(const BenchOptions& options, bool quick) {
       r["ratio_to_limit"] = gflops / (peak * threads);
     }
     r["isa"] = isa_name(resolve_isa(Isa::kAuto));
+    if (!peak_rss.empty()) r["peak_rss_gib"] = peak_rss[i];  // the process's peak so far (cases in order)
     fmt::print("{}\n", r.dump());
   }
   std::fflush(stdout);
@@ -239,7 +281,8 @@ void run_model_bench(const BenchOptions& options, bool quick) {
     return;
   }
   const bool avx2_or_below = !uses_avx512(resolve_isa(Isa::kAuto));
-  const ModelBenchSetup s = model_bench_setup(quick);
+  const ModelBenchSetup s = model_bench_setup(quick, options);
+  const size_t num_cases = s.one_at_a_time ? 2 : 3;
   const std::string exe = self_executable(), script = find_bench_script("torch_train_step.py");
   if (!options.json)
     fmt::print(
@@ -249,10 +292,10 @@ void run_model_bench(const BenchOptions& options, bool quick) {
         cpu_features().describe());
   for (int threads : kThreadCounts) {
     const std::vector<nlohmann::ordered_json> ours = run_json_lines(
-        fmt::format("FP8RL_NUM_THREADS={} FP8RL_BENCH_MODEL_CHILD=1 '{}' bench model --json --repeats {}{}", threads,
-                    exe, options.repeats, quick ? " --quick" : ""));
-    FP8RL_CHECK(ours.size() == 3, "bench model: the child process with {} threads printed {} records, expected 3",
-                threads, ours.size());
+        fmt::format("FP8RL_NUM_THREADS={} FP8RL_BENCH_MODEL_CHILD=1 '{}' bench model --json --repeats {}{}{}", threads,
+                    exe, options.repeats, quick ? " --quick" : "", setup_flags(options)));
+    FP8RL_CHECK(ours.size() == num_cases, "bench model: the child process with {} threads printed {} records, expected {}",
+                threads, ours.size(), num_cases);
     // The peer as it runs by default (oneDNN picks AMX where the CPU has it) and limited to
     // AVX-512 BF16, the instruction set of our kernels (ONEDNN_MAX_CPU_ISA). On the AVX2 level
     // (or below) the peer is limited to AVX2 instead (ATEN_CPU_CAPABILITY as well), and runs both

@@ -24,6 +24,10 @@ void run_model_bench(const BenchOptions& options, bool quick);
 // KV-cached loop (bench_generate.cc). `quick`: the `tiny` preset, short sequences, no `large` case.
 void run_generate_bench(const BenchOptions& options, bool quick);
 
+// Peak memory of one training step against sequence length (bench_memory.cc); with `check`,
+// returns 1 when it grows faster than linearly (the test suite's bound), else 0.
+int run_memory_bench(const BenchOptions& options, bool check);
+
 // Helpers of the suites with subprocess peers (bench_model.cc).
 // Runs `command` with popen and returns the JSON objects it printed, one per line (other lines
 // are ignored; stderr passes through).

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   fp8rl::bench::BenchOptions bench_options;
   std::string suite;
   CLI::App* bench = app.add_subcommand("bench", "Run a benchmark suite and compare it with the machine's limits");
-  bench->add_option("suite", suite, "suite to run")->required()->check(CLI::IsMember({"numerics", "kernels", "model", "generate"}));
+  bench->add_option("suite", suite, "suite to run")->required()->check(CLI::IsMember({"numerics", "kernels", "model", "generate", "memory"}));
   bench->add_flag("--json", bench_options.json, "one JSON object per line");
   bench->add_option("--repeats", bench_options.repeats, "timed runs per case (median reported)")
       ->check(CLI::Range(1, 1000));
@@ -64,6 +64,16 @@ int main(int argc, char** argv) {
   bench->add_option("--cases", bench_options.groups,
                     "generate: comma-separated groups to run (decode, prefill, peer, long, capacity, large); "
                     "default all");
+  bench->add_option("--preset", bench_options.preset,
+                    "model/generate: the model's shape, a preset (qwen3-0.6b, llama-3.2-1b, medium, ...)");
+  bench->add_option("--model", bench_options.model_dir,
+                    "model/generate: the shape of this Hugging Face directory's config.json (random weights)");
+  bench->add_option("--batch", bench_options.batch, "model: sequences per training step")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  bench->add_option("--seq", bench_options.seq, "model: tokens per sequence; memory: the longest (then /2, /4, /8)")->check(CLI::Range(int64_t{2}, int64_t{40960}));
+  bench->add_flag("--checkpointing", bench_options.checkpointing, "model: per-layer activation checkpointing");
+  bool bench_check = false;
+  bench->add_flag("--check", bench_check, "memory: exit with status 1 unless peak memory is linear in sequence length");
   bool bench_quick = false;
   bench->add_flag("--quick", bench_quick, "model/generate: tiny preset and short runs (smoke test)");
 
@@ -140,6 +150,7 @@ int main(int argc, char** argv) {
     if (*bench && suite == "kernels") fp8rl::bench::run_kernels_bench(bench_options);
     if (*bench && suite == "model") fp8rl::bench::run_model_bench(bench_options, bench_quick);
     if (*bench && suite == "generate") fp8rl::bench::run_generate_bench(bench_options, bench_quick);
+    if (*bench && suite == "memory") return fp8rl::bench::run_memory_bench(bench_options, bench_check);
   } catch (const fp8rl::Error& e) {
     fmt::print(stderr, "fp8rl: error: {}\n", e.what());
     return 1;

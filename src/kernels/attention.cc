@@ -81,19 +81,16 @@ void softmax_backward_row(const float* p, const float* dp, int64_t t, float scal
 constexpr int64_t kBlock = 64;
 
 // P of query rows [t0, t0 + tn) of sequence b for the query heads of kv head g, recomputed with the
-// forward's row function from its inputs: probs [group][tn][width] (width = t0 + tn), zero past
-// each row's causal length. `o` is scratch for the outputs the recomputation also produces.
-void recompute_probs(std::vector<float>& probs, std::vector<float>& o, std::vector<AttentionQuery>& queries,
-                     const AttentionForwardInputs& in, const AttentionShape& s, int64_t b, int64_t g, int64_t t0,
-                     int64_t tn, bool bf16) {
+// forward's row function from its inputs (probabilities only, no value pass): probs
+// [group][tn][width] (width = t0 + tn), zero past each row's causal length.
+void recompute_probs(std::vector<float>& probs, std::vector<AttentionQuery>& queries, const AttentionForwardInputs& in,
+                     const AttentionShape& s, int64_t b, int64_t g, int64_t t0, int64_t tn, bool bf16) {
   const int64_t group = s.Hq / s.Hkv, width = t0 + tn;
   probs.resize(static_cast<size_t>(group * tn * width));
-  o.resize(static_cast<size_t>(group * tn * s.D));
   for (int64_t r0 = t0; r0 < t0 + tn; r0 += kRowsPerCall) {
     const int64_t rows = std::min(kRowsPerCall, t0 + tn - r0);
     attend_rows(
-        in.q, in.k, in.v, s, b, g, r0, rows, bf16, in.head_scales,
-        [&](int64_t t, int64_t h) { return o.data() + ((h - g * group) * tn + t - t0) * s.D; },
+        in.q, in.k, in.v, s, b, g, r0, rows, bf16, in.head_scales, [](int64_t, int64_t) -> float* { return nullptr; },
         [&](int64_t t, int64_t h) { return probs.data() + ((h - g * group) * tn + t - t0) * width; }, queries);
   }
   for (int64_t i = 0; i < group; ++i)
@@ -125,7 +122,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   // every product covers [tn, width] and skips the zero part.
   kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
     const int64_t b = task / s.Hkv, g = task % s.Hkv, kv_off = b * T * ldkv + g * D;
-    thread_local std::vector<float> probs, o, ds;  // [group][tn][width], outputs, [tn][width] dP then dS
+    thread_local std::vector<float> probs, ds;  // [group][tn][width], [tn][width] dP then dS
     thread_local std::vector<AttentionQuery> queries;
     // BF16 operands: K and V of the kv head, Q and dO of each query head [T, D]; P and dS of a block.
     thread_local std::vector<bf16_t> kb, vb, qb, ob, pb, sb;
@@ -142,7 +139,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     }
     for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
       const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn;
-      recompute_probs(probs, o, queries, in, s, b, g, t0, tn, bf16);
+      recompute_probs(probs, queries, in, s, b, g, t0, tn, bf16);
       ds.resize(static_cast<size_t>(tn * width));
       for (int64_t i = 0; i < group; ++i) {
         const int64_t q_off = b * T * ldq + (g * group + i) * D;

@@ -34,6 +34,10 @@ void attention_queries_kv(const AttentionQuery* queries, int num_queries, const 
   }
   FP8RL_CHECK(covered == longest, "attention_queries_kv: the runs hold {} positions, the longest query attends to {}",
               covered, longest);
+  for (int i = 1; i < num_queries; ++i)
+    FP8RL_CHECK((queries[i].out == nullptr) == (queries[0].out == nullptr),
+                "attention_queries_kv: query {} {} an output, query 0 {}", i, queries[i].out ? "has" : "has no",
+                queries[0].out ? "has" : "has none");
   const Isa level = resolve_isa(isa);
   if (uses_avx512(level) && bf16)
     return detail::attention_queries_kv_bf16_avx512(queries, num_queries, runs, num_runs, D, stride, element,

@@ -71,6 +71,7 @@ template <typename LoadK, typename LoadV>
 void attention_row(float* out, float* probs, const float* q, int64_t len, int64_t D, float score_scale,
                    float value_scale, LoadK load_k, LoadV load_v, float* scratch) {
   attention_scores_softmax(probs, q, len, D, score_scale, attention_dot, load_k, scratch);
+  if (out == nullptr) return;  // probabilities only
   for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < len; ++j) {
     const float* v = load_v(j, scratch);
@@ -117,6 +118,7 @@ void attention_row_bf16(float* out, float* probs, const float* q, int64_t len, i
                         float value_scale, LoadK load_k, LoadV load_v, float* scratch) {
   attention_scores_softmax(probs, q, len, D, score_scale, attention_dot_bf16, load_k, scratch);
   for (int64_t j = 0; j < len; ++j) probs[j] = bf16_to_f32(f32_to_bf16(probs[j]));
+  if (out == nullptr) return;  // probabilities only
   for (int64_t d = 0; d < D; ++d) out[d] = 0.0f;
   for (int64_t j = 0; j < len; j += 2) {
     const float* v_even = load_v(j, scratch);
@@ -143,7 +145,8 @@ struct AttentionRows {
 };
 
 // One query of attention_queries_kv: query row q [D] attends to positions [0, len) and writes
-// out [D] and probs [len].
+// out [D] and probs [len]. `out` may be nullptr for every query of a call: the probabilities only
+// (the trainer's backward recomputes P; the value pass is skipped).
 struct AttentionQuery {
   const float* q;
   float* out;

@@ -119,6 +119,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     }
   }
   for (int q = 0; q < num_queries; ++q) softmax(qs[q].probs, qs[q].len);
+  if (qs[0].out == nullptr) return;  // probabilities only
   // Value passes: up to 4 queries x 2 chunks, or fewer queries with more chunks (8 accumulators
   // cover the FMA latency), every row read once per pass.
   const int64_t chunks = (D + 7) / 8;

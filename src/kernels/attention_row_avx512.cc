@@ -166,6 +166,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     }
   }
   for (int q = 0; q < num_queries; ++q) softmax(qs[q].probs, qs[q].len);
+  if (qs[0].out == nullptr) return;  // probabilities only
   for (int q = 0; q < num_queries; q += 4)
     with_count_up_to_4(num_queries - q, [&](auto h) {
       for (int64_t c0 = 0; c0 < chunks; c0 += 4)

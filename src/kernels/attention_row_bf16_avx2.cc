@@ -217,6 +217,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     softmax(qs[q].probs, qs[q].len);
     bf16_round_f32(qs[q].probs, qs[q].len);
   }
+  if (qs[0].out == nullptr) return;  // probabilities only
   // Value passes: up to 4 queries x 2 chunks, or fewer queries with more chunks.
   const int64_t chunks = (D + 7) / 8;
   for (int q = 0; q < num_queries; q += 4)

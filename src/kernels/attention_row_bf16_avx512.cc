@@ -218,6 +218,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     float* p = qs[q].probs;
     softmax(p, qs[q].len);
     bf16_round_f32(p, qs[q].len);
+    if (qs[0].out == nullptr) continue;  // probabilities only: no pairs, no value pass
     uint32_t* pq = pbuf.data() + q * max_pairs;
     for (int64_t j0 = 0; j0 < qs[q].len; j0 += 32) {  // 32 probabilities -> 16 pairs (their top words)
       const __m512i lo = _mm512_castps_si512(_mm512_maskz_loadu_ps(chunk_mask(qs[q].len - j0, 0), p + j0));
@@ -227,6 +228,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     }
     pairs[static_cast<size_t>(q)] = pq;
   }
+  if (qs[0].out == nullptr) return;
   for (int q = 0; q < num_queries; q += 4)
     with_count_up_to_4(num_queries - q, [&](auto h) {
       for (int64_t g = 0; 64 * g < D; ++g)

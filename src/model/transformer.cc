@@ -379,7 +379,14 @@ void Transformer::resize_activations(int64_t B, int64_t T) {
   acts_.resize(static_cast<size_t>(config_.n_layers));
   for (LayerActs& a : acts_) {
     if (checkpointing_) {
-      ensure(a.x, N * C);  // the layer's input only; the rest is recomputed in backward
+      // The layer's input and its attention output only; the rest is recomputed in backward.
+      ensure(a.x, N * C);
+      const size_t n = static_cast<size_t>(N * config_.q_dim());
+      if (policy_.activations == Precision::kBF16) {
+        if (a.att_saved_bf16.size() < n) a.att_saved_bf16 = AlignedBuffer<bf16_t>(n);
+      } else {
+        ensure(a.att_saved_f32, N * config_.q_dim());
+      }
     } else {
       ensure_layer_acts(a, N);
     }
@@ -478,8 +485,8 @@ Transformer::E4m3Qkv Transformer::round_qkv_to_e4m3(int64_t l, const LayerActs& 
 }
 
 Transformer::QkvAmax Transformer::layer_forward(int64_t l, const float* x, LayerActs& a, float* x_next, float* tmp,
-                                                const RowLayout& rows, bool save_for_backward,
-                                                bool stop_after_qkv) const {
+                                                const RowLayout& rows, bool save_for_backward, bool stop_after_qkv,
+                                                const LayerActs* saved) const {
   const int64_t N = rows.N, C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
   const int64_t D = config_.head_dim;
   const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
@@ -521,7 +528,13 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, const float* x, Layer
     head_scales = {e4m3->score_scales.data(), e4m3->value_scales.data()};
   }
   const AttentionHeadScales* scales = e4m3 ? &head_scales : nullptr;
-  if (rows.context_begin.empty()) {
+  if (saved != nullptr) {  // checkpointing's recomputation: the first forward's output, exactly
+    if (!saved->att_saved_bf16.empty()) {
+      for (int64_t i = 0; i < N * Hq * D; ++i) a.att[static_cast<size_t>(i)] = bf16_to_f32(saved->att_saved_bf16[static_cast<size_t>(i)]);
+    } else {
+      std::memcpy(a.att.data(), saved->att_saved_f32.data(), sizeof(float) * static_cast<size_t>(N * Hq * D));
+    }
+  } else if (rows.context_begin.empty()) {
     attention_forward(a.att.data(), q_att, k_att, v_att, rows.shape, bf16_attention, scales);
   } else {
     prefix_attention_forward(a.att.data(), q_att, k_att, v_att, rows.context_begin, rows.context, Hq, Hkv, D,
@@ -559,6 +572,15 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
     qkv_amax_[static_cast<size_t>(l)] =
         layer_forward(l, acts_[static_cast<size_t>(l)].x.data(), a, x_next, backward_scratch_.tmp.data(), rows_,
                       saved_for_backward_ && !checkpointing_, /*stop_after_qkv=*/false);
+    if (checkpointing_) {  // the attention output too: the recomputation need not attend again
+      LayerActs& keep = acts_[static_cast<size_t>(l)];
+      const int64_t n = N * config_.q_dim();
+      if (policy_.activations == Precision::kBF16) {
+        bf16_encode_f32(a.att.data(), keep.att_saved_bf16.data(), n);  // BF16 values: exact
+      } else {
+        std::memcpy(keep.att_saved_f32.data(), a.att.data(), sizeof(float) * static_cast<size_t>(n));
+      }
+    }
   }
   rmsnorm_forward(hf_.data(), rstd_f_.data(), x_final_.data(), w_.final_norm, N, C, config_.norm_eps);
   if (!policy_.fp32_lm_head) round_activations(hf_.data(), N * C);
@@ -754,7 +776,7 @@ void Transformer::backward(const float* dlogprobs) {
       // The layer's forward again, from its saved input: the same bits as the first time.
       // w.dh is free here (written before it is read in layer_backward) and holds x_next.
       layer_forward(l, x, recompute_acts_, w.dh.data(), w.tmp.data(), rows_, /*save_for_backward=*/true,
-                    /*stop_after_qkv=*/false);
+                    /*stop_after_qkv=*/false, &acts_[static_cast<size_t>(l)]);
       layer_backward(l, x, recompute_acts_, dx, w);
     } else {
       layer_backward(l, x, acts_[static_cast<size_t>(l)], dx, w);

@@ -69,9 +69,10 @@ class Transformer {
   const WeightPointers& weight_grads() const { return g_; }
 
   // Per-layer activation recomputation (policy.activation_checkpointing): a forward for backward
-  // keeps only each layer's input [N, C]; backward() runs the layer's forward again (the same
-  // bits: the same inputs through the same kernels) just before its backward. Results are
-  // bit-identical either way.
+  // keeps only each layer's input [N, C] and attention output [N, Hq*D]; backward() runs the
+  // layer's forward again (the same bits: the same inputs through the same kernels; the attention
+  // output taken as saved, so attention runs once in the forward and once, probabilities only,
+  // in its backward) just before its backward. Results are bit-identical either way.
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
   bool activation_checkpointing() const { return checkpointing_; }
 
@@ -165,6 +166,11 @@ class Transformer {
     AlignedBuffer<float> k;       // [N, Hkv*D]
     AlignedBuffer<float> v;       // [N, Hkv*D]
     AlignedBuffer<float> att;     // [N, Hq*D] attention output
+    // With checkpointing, what each layer keeps besides x: its attention output, so that the
+    // recomputation in backward skips the attention (BF16 under BF16 activations, where att is
+    // BF16-valued; FP32 otherwise). [N, Hq*D]
+    AlignedBuffer<bf16_t> att_saved_bf16;
+    AlignedBuffer<float> att_saved_f32;
     AlignedBuffer<float> x_mid;   // [N, C] residual after attention
     AlignedBuffer<float> h2;      // [N, C] MLP-norm output
     AlignedBuffer<float> rstd2;   // [N]
@@ -203,9 +209,10 @@ class Transformer {
   // One decoder layer over `rows`: input x [N, C], output x_next [N, C] (may be x), the
   // activations into `a`; returns the layer's q/k/v amax over the real rows. `save_for_backward`
   // keeps the FP8 linears' column-wise copies; `stop_after_qkv` returns right after the amax
-  // (x_next untouched). `tmp` [N, C] is scratch.
+  // (x_next untouched). `tmp` [N, C] is scratch. With `saved`, the attention output is taken from
+  // its att_saved_* (the layer's first forward, checkpointing) instead of being computed again.
   QkvAmax layer_forward(int64_t l, const float* x, LayerActs& a, float* x_next, float* tmp, const RowLayout& rows,
-                        bool save_for_backward, bool stop_after_qkv) const;
+                        bool save_for_backward, bool stop_after_qkv, const LayerActs* saved = nullptr) const;
   // With attention_e4m3_: layer l's q (when scaled), k and v rounded to E4M3 with its scales, into
   // e4m3_qkv_: the code values the attention reads and the scaled values the gradient flows
   // through, from a.q, a.k, a.v (left as they are).

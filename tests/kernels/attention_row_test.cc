@@ -144,6 +144,11 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
                                    " len=" + std::to_string(c.len) + (bf16 ? " bf16" : "");
           EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * 4)) << what;
           EXPECT_EQ(0, std::memcmp(got_p.data(), want_p.data(), want_p.size() * 4)) << what;
+          // Probabilities only (no output, the value pass skipped): the same P.
+          std::vector<float> only_p(want_p.size(), 7.0f);
+          attention_row_kv(nullptr, only_p.data(), q.data(), runs.data(), static_cast<int>(runs.size()), c.len, c.D,
+                           c.stride, element, c.score_scale, c.value_scale, bf16, isa);
+          EXPECT_EQ(0, std::memcmp(only_p.data(), want_p.data(), want_p.size() * 4)) << what << " (probabilities only)";
         }
       }
   }
