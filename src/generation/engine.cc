@@ -145,6 +145,17 @@ void GenerationEngine::update_weights(const GeneratorWeightSource& src) {
   kv_.invalidate_scales();
 }
 
+void GenerationEngine::release_memory() {
+  kv_.release_memory();
+  for (EngineLayer& layer : layers_)
+    for (EngineLinear& lin : layer.lin) lin.packed = PackedGemvWeights{}, lin.own_bf16 = {}, lin.own_fp8 = {}, lin.f32 = {};
+  lm_head_.packed = PackedGemvWeights{}, lm_head_.own_bf16 = {}, lm_head_.own_fp8 = {}, lm_head_.f32 = {};
+  own_embed_ = {};
+  embed_ = nullptr;
+  scratch_ = {};
+  weights_loaded_ = false;
+}
+
 void GenerationEngine::set_kv_scales(const std::vector<QkvScales>& scales) {
   kv_.set_scales(scales, options_.kv_dtype == KvDtype::kFP8 && options_.fp8_attention);
 }

@@ -117,6 +117,11 @@ class GenerationEngine {
   // trainer rewrites them only in refresh_weights, which a refit follows). With an FP8 KV cache,
   // the scales are invalidated: the caller must set_kv_scales for the new weights before generating.
   void update_weights(const GeneratorWeightSource& source);
+  // Returns what the engine holds between generations to the system: the KV cache's pages, its
+  // packed weights and its activation scratch. The next update_weights packs the weights again;
+  // generate() refuses until then. (GRPO calls it after the step's generation: the trainer's
+  // phases do not need the generator's memory.)
+  void release_memory();
   // Validated (finite, > 0; q too with FP8 attention) per-layer scales, per-head where given.
   void set_kv_scales(const std::vector<QkvScales>& scales);
 

@@ -34,6 +34,15 @@ KvCache::KvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDtype
   scales_.assign(static_cast<size_t>(n_layers_), QkvScales{});
 }
 
+void KvCache::release_memory() {
+  FP8RL_CHECK(static_cast<int64_t>(free_.size()) == num_pages_, "KV cache: release_memory with {} of {} pages in use",
+              num_pages_ - static_cast<int64_t>(free_.size()), num_pages_);
+  for (auto* pools : {&k_pool_, &v_pool_})
+    for (AlignedBuffer<uint8_t>& pool : *pools) pool = AlignedBuffer<uint8_t>(pool.size());
+  free_.clear();
+  for (int64_t p = num_pages_ - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));  // low pages first again
+}
+
 int64_t KvCache::storage_bytes() const {
   int64_t scale_floats = 0;  // 3 per layer, plus 3 per KV head with per-head scales
   if (dtype_ == KvDtype::kFP8)

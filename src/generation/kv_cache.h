@@ -71,6 +71,9 @@ class KvCache {
   // not enough free pages.
   bool reserve(KvBlockList& seq, int64_t tokens);
   void release(KvBlockList& seq);
+  // Returns the pools' memory to the system (every page must be free): the storage is mapped
+  // lazily (core/aligned_buffer.h), so only pages written again count towards the resident set.
+  void release_memory();
 
   // Writes one token's K and V rows (kv_dim floats each, BF16-valued) of `layer` at position
   // `pos` of `seq` (pages must be reserved).

@@ -360,6 +360,21 @@ void Transformer::install_fp8_weights(std::string_view name, const QuantizedMatr
   FP8RL_CHECK(false, "install_fp8_weights: '{}' is not a layer linear of this model", name);
 }
 
+void Transformer::release_activations() {
+  acts_.clear();
+  recompute_acts_ = LayerActs{};
+  x_final_ = {}, hf_ = {}, rstd_f_ = {}, lse_ = {};
+  head_scratch_ = LmHeadScratch{};
+  backward_scratch_ = BackwardScratch{};
+  calib_acts_ = LayerActs{};
+  calib_tmp_ = {};
+  e4m3_qkv_ = {};
+  batch_ = TokenBatch{};
+  rows_ = RowLayout{};
+  B_ = T_ = 0;
+  saved_for_backward_ = false;
+}
+
 void Transformer::round_activations(float* x, int64_t n) const {
   if (policy_.activations == Precision::kBF16) bf16_round_f32(x, n);
 }

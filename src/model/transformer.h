@@ -91,6 +91,11 @@ class Transformer {
   void logits(const std::vector<int64_t>& rows, float* out);
   // Adds the gradient of sum_n dlogprobs[n] * logprobs[n] to grads(). Uses the last forward.
   void backward(const float* dlogprobs);
+  // Frees every buffer a forward or backward sized for its batch (saved activations, gradient
+  // scratch, the prefix forwards' scratch): GRPO calls it after each phase, so that the memory of
+  // the trainer's phases is never resident at once. The next forward allocates them again; a
+  // backward() before it is refused.
+  void release_activations();
 
   // The linears in order (per layer: q, k, v, o, gate, up, down), then the LM head; for the
   // refit and for tests of the precision policy.

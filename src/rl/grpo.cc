@@ -30,6 +30,11 @@ namespace {
 // Random streams of grpo.seed (the generator's sampling uses the sequence index as its stream).
 constexpr uint64_t kPromptStream = 1ull << 40;
 
+// policy.release_memory_between_phases: auto frees each phase's buffers from this many parameters
+// on (gigabytes of buffers at such sizes; below it, touching the pages again costs more than the
+// memory is worth).
+constexpr int64_t kReleaseMemoryParams = 100'000'000;
+
 // One rollout: prompt p's sample g, with everything the trainer needs.
 struct Rollout {
   const Example* example = nullptr;
@@ -143,6 +148,11 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   LrSchedule schedule = config.schedule;
   if (schedule.total_steps == 0) schedule.total_steps = config.grpo_max_num_steps * (rollouts / global);
   GenerationEngine generator(policy.config(), config.generator_policy(), config.engine_options());
+  // Each phase's buffers (the KV cache's pages and the generator's packed weights, the log-prob
+  // forwards' scratch, the training activations and gradients) freed when the phase ends, so that
+  // the peak is the largest phase's, not their sum.
+  const bool release_memory = config.release_memory_between_phases == "true" ||
+                              (config.release_memory_between_phases == "auto" && policy.num_params() >= kReleaseMemoryParams);
   const bool fp8_kv = generator.kv_cache().dtype() == KvDtype::kFP8;
   const KvScaleGranularity kv_granularity = parse_kv_scale_granularity(config.kv_scale_granularity);
   const auto kv_scales_of = [&](const std::vector<Transformer::QkvAmax>& amax) {
@@ -239,6 +249,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     const std::vector<std::vector<int32_t>> prompts = step_prompts(step);
     gen_opts.first_sequence_index = static_cast<uint64_t>(step * rollouts);
     const std::vector<GeneratedSequence> seqs = generator.generate(prompts, G, gen_opts);
+    if (release_memory) generator.release_memory();  // packed again by the refit
     const double t_generation = t.seconds();
     const int64_t kv_waited = generator.last_stats().kv_waited;
     kv_waited_total += kv_waited;
@@ -267,6 +278,10 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       const size_t m1 = std::min(r.size(), m0 + static_cast<size_t>(micro));
       if (!prev_from_training) response_logprobs(policy, r, m0, m1, tok.pad(), &Rollout::prev);
       if (use_reference) response_logprobs(*reference, r, m0, m1, tok.pad(), &Rollout::ref);
+    }
+    if (release_memory) {
+      policy.release_activations();
+      if (use_reference) reference->release_activations();
     }
     const double t_logprobs = t.seconds();
     // 5. optimizer steps
@@ -321,6 +336,10 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       }
     }
     skipped_total += skipped;
+    if (release_memory) {  // until the next step's training
+      policy.release_activations();
+      policy.release_grads();
+    }
     const double t_training = t.seconds();
     // 6. refit, and KV-scale recalibration on the batch just trained on
     t.reset();
@@ -352,6 +371,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       const int64_t calib_batch = micro * policy.config().n_layers;
       kv_scales = kv_scales_of(calibrate_qkv_amax(policy, std::move(calib), calib_batch, tok.pad()));
       use_kv_scales(kv_scales);
+      if (release_memory) policy.release_activations();
     }
     const double t_kv = t.seconds();
     // 7. metrics

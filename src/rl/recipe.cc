@@ -39,6 +39,10 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "attention products (Q K^T, P V and their gradients) in both engines: fp32, or bf16 operands with FP32 "
         "accumulation (P and dS rounded to BF16)")
       .choices({"fp32", "bf16"});
+  s.add("policy.release_memory_between_phases", &c.release_memory_between_phases, "auto",
+        "GRPO frees each phase's buffers when it ends (KV pages, packed generator weights, activations, "
+        "gradients); auto: for models of 100 M parameters or more")
+      .choices({"auto", "true", "false"});
   s.add("policy.activation_checkpointing", &c.activation_checkpointing, false,
         "keep only each layer's input for backward and recompute the rest layer by layer (the same bits; "
         "about a third more trainer FLOPs, activation memory a layer's instead of the model's)");

@@ -48,6 +48,7 @@ struct RunConfig {
   std::string attention_precision;          // policy.attention_precision: fp32 | bf16
   bool fp8_kv_attention = false;            // policy.fp8_kv_attention (with an FP8 KV cache)
   bool activation_checkpointing = false;    // policy.activation_checkpointing
+  std::string release_memory_between_phases;  // policy.release_memory_between_phases: auto | true | false
 
   // Optimizer and schedule (policy.optimizer.*, policy.scheduler.*).
   AdamWConfig adam;

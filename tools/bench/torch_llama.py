@@ -10,6 +10,11 @@ import math
 import torch
 import torch.nn.functional as F
 
+# The attention the peer runs: PyTorch's fused scaled_dot_product_attention where it exists, else
+# the eager softmax(q k^T) v.
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+ATTENTION = "sdpa" if HAS_SDPA else "eager"
+
 
 def add_model_arguments(parser):
     """The architecture flags; fp8rl's benchmark passes its ModelConfig through them."""
@@ -77,11 +82,14 @@ class Block(torch.nn.Module):
         group = self.Hq // self.Hkv
         if group > 1:
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        B, _, T, _ = q.shape
+        if HAS_SDPA:  # the fused kernel where this PyTorch has it (2.0 on); 1.13 has not
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else ~mask)
+            return out.transpose(1, 2).reshape(B, T, self.Hq * self.D)
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.D))
         if mask is not None:
             scores = scores.masked_fill(mask, -math.inf)
         probs = torch.softmax(scores.float(), dim=-1).to(v.dtype)
-        B, _, T, _ = q.shape
         return (probs @ v).transpose(1, 2).reshape(B, T, self.Hq * self.D)
 
     def mlp(self, x):

@@ -20,11 +20,12 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_llama import Llama, add_model_arguments  # noqa: E402
+from torch_llama import ATTENTION, Llama, add_model_arguments  # noqa: E402
 
 
 def impl(precision):
-    return f"torch {torch.__version__} eager, " + ("bf16 autocast" if precision == "bf16" else "fp32")
+    return (f"torch {torch.__version__} eager, {ATTENTION} attention, " +
+            ("bf16 autocast" if precision == "bf16" else "fp32"))
 
 
 def main():
