@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "core/thread_pool.h"
+
 namespace fp8rl {
 
 namespace {
@@ -19,15 +21,20 @@ float RandomStream::next_normal() {
   return box_muller(a, b);
 }
 
-// Calls fn(i, word) for the words 0..count-1 of a stream, one Philox block per 4 words; word i
+// Calls fn(i, word) for the words [begin, end) of a stream, one Philox block per 4 words; word i
 // equals random_u32(seed, stream, i).
 template <typename Fn>
-void for_each_word(uint64_t count, uint64_t seed, uint64_t stream, Fn fn) {
-  for (uint64_t block = 0; block * 4 < count; ++block) {
+void for_each_word(uint64_t begin, uint64_t end, uint64_t seed, uint64_t stream, Fn fn) {
+  for (uint64_t block = begin / 4; block * 4 < end; ++block) {
     const PhiloxBlock words = philox4x32(seed, {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
                                                 static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)});
-    for (uint64_t j = 0; j < 4 && block * 4 + j < count; ++j) fn(block * 4 + j, words[j]);
+    for (uint64_t j = 0; j < 4; ++j)
+      if (block * 4 + j >= begin && block * 4 + j < end) fn(block * 4 + j, words[j]);
   }
+}
+template <typename Fn>
+void for_each_word(uint64_t count, uint64_t seed, uint64_t stream, Fn fn) {
+  for_each_word(0, count, seed, stream, fn);
 }
 
 void fill_uniform(float* out, int64_t n, float lo, float hi, uint64_t seed, uint64_t stream) {
@@ -37,14 +44,18 @@ void fill_uniform(float* out, int64_t n, float lo, float hi, uint64_t seed, uint
 }
 
 void fill_normal(float* out, int64_t n, float mean, float stddev, uint64_t seed, uint64_t stream) {
-  // Element i uses words 2i and 2i+1.
-  uint32_t first = 0;
-  for_each_word(2 * static_cast<uint64_t>(n), seed, stream, [&](uint64_t w, uint32_t word) {
-    if (w % 2 == 0) {
-      first = word;
-    } else {
-      out[w / 2] = mean + stddev * box_muller(first, word);
-    }
+  // Element i uses words 2i and 2i+1, whatever the chunk it falls in: chunks of elements run as
+  // tasks of the kernel pool (a real model's initialisation is 600 M Box-Muller draws).
+  parallel_for_ranges(n, int64_t{1} << 16, [&](int64_t i0, int64_t i1) {
+    uint32_t first = 0;
+    for_each_word(2 * static_cast<uint64_t>(i0), 2 * static_cast<uint64_t>(i1), seed, stream,
+                  [&](uint64_t w, uint32_t word) {
+                    if (w % 2 == 0) {
+                      first = word;
+                    } else {
+                      out[w / 2] = mean + stddev * box_muller(first, word);
+                    }
+                  });
   });
 }
 

@@ -398,7 +398,7 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
     for (int64_t g = 0; g < G; ++g) pending.emplace_back(p, g);
   std::vector<GeneratedSequence> results(static_cast<size_t>(P * G));
   std::vector<std::unique_ptr<Sample>> active;
-  std::vector<float> scratch(static_cast<size_t>(V));
+  std::vector<float> scratch(static_cast<size_t>(2 * V));  // sample_token's
 
   auto plen = [&](int64_t p) { return static_cast<int64_t>(prompts[static_cast<size_t>(p)].size()); };
   auto sample_next = [&](Sample& s, const float* logits) {

@@ -32,11 +32,14 @@ SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& 
   const bool truncate = (p.top_k > 0 && p.top_k < V) || p.top_p < 1.0f;
   const double u = random_uniform(p.seed, sequence, step);
   if (!truncate) {
-    // Inverse CDF in token-id order.
+    // Inverse CDF in token-id order over p_v = exp_f32(z_v - lse) (computed vectorized into the
+    // second half of the scratch), summed in double.
+    float* probs = scratch + V;
+    softmax_probs_row(probs, z, V, lse);
     double cumulative = 0.0;
     int32_t token = static_cast<int32_t>(V - 1);
     for (int64_t v = 0; v < V; ++v) {
-      cumulative += std::exp(static_cast<double>(z[v] - lse));
+      cumulative += static_cast<double>(probs[v]);
       if (u < cumulative) {
         token = static_cast<int32_t>(v);
         break;

@@ -23,7 +23,7 @@ struct SampledToken {
   float logprob = 0.0f;
 };
 
-// `logits` [V]; `scratch` holds at least V floats. `sequence` and `step` select the random
+// `logits` [V]; `scratch` holds at least 2 V floats. `sequence` and `step` select the random
 // number: random_uniform(seed, sequence, step).
 SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& params, uint64_t sequence,
                           uint64_t step, float* scratch);

@@ -220,6 +220,10 @@ void token_logprobs_backward(float* dlogits, const float* logits, int64_t ld, in
   });
 }
 
+void softmax_probs_row(float* out, const float* x, int64_t n, float lse, Isa isa) {
+  scaled_exp_for(resolve_isa(isa))(out, x, n, lse, 1.0f);  // 1 * e is e: exp_f32's bits
+}
+
 void token_logprobs_backward(float* dlogits, const float* dlogprob, const float* logits, const int32_t* targets,
                              int64_t N, int64_t V) {
   std::vector<float> lp(static_cast<size_t>(N)), lse(static_cast<size_t>(N));

@@ -46,6 +46,10 @@ inline void token_logprobs_forward(float* logprob, const float* logits, const in
 void token_logprobs_backward(float* dlogits, const float* logits, int64_t ld, int64_t v0, int64_t width,
                              const float* lse, const float* dlogprob, const int32_t* targets, int64_t N,
                              Isa isa = Isa::kAuto);
+// out[j] = exp_f32(x[j] - lse) for j < n: the probabilities of a row whose log-sum-exp is `lse`
+// (the sampler's inverse CDF), vectorized, the same bits on every level.
+void softmax_probs_row(float* out, const float* x, int64_t n, float lse, Isa isa = Isa::kAuto);
+
 // The whole vocabulary (ld = width = V), the lse computed here.
 void token_logprobs_backward(float* dlogits, const float* dlogprob, const float* logits, const int32_t* targets,
                              int64_t N, int64_t V);
