@@ -169,25 +169,7 @@ Transformer::Transformer(const ModelConfig& config, const PrecisionPolicy& polic
   grads_ = AlignedBuffer<float>(static_cast<size_t>(layout_.numel()));
   w_ = layout_.bind(params_.data());
   g_ = layout_.bind(grads_.data());
-  const bool round = policy_.activations == Precision::kBF16;
-  const int64_t C = config_.d_model, F = config_.d_ff;
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    auto make = [&](const char* suffix, int64_t n, int64_t k) {
-      std::string name = layer_param_name(l, suffix);
-      const Precision p = policy_.linear_precision(l, config_.n_layers, name);
-      return Linear(name, n, k, p, policy_.weight_scale_format, policy_.activation_scale_format, round);
-    };
-    linears_.push_back({make("self_attn.q_proj.weight", config_.q_dim(), C),
-                        make("self_attn.k_proj.weight", config_.kv_dim(), C),
-                        make("self_attn.v_proj.weight", config_.kv_dim(), C),
-                        make("self_attn.o_proj.weight", C, config_.q_dim()), make("mlp.gate_proj.weight", F, C),
-                        make("mlp.up_proj.weight", F, C), make("mlp.down_proj.weight", C, F)});
-  }
-  const Precision head = policy_.fp32_lm_head || policy_.activations == Precision::kF32 ? Precision::kF32 : Precision::kBF16;
-  lm_head_ = Linear(config_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", config_.vocab_size, C,
-                    head, policy_.weight_scale_format, policy_.activation_scale_format, /*round_output_bf16=*/false);
-  rope_ = rope_table(config_.head_dim, config_.max_seq_len, config_.rope_theta,
-                     config_.rope_llama3_scaling ? &config_.rope_scaling : nullptr);
+  build_linears();
   refresh_weights();
 }
 
@@ -198,13 +180,25 @@ Transformer Transformer::frozen(const ModelConfig& config, const PrecisionPolicy
 Transformer::Transformer(const ModelConfig& config, const PrecisionPolicy& policy, FrozenTag)
     : config_(config), policy_(policy), layout_(config), frozen_(true) {
   policy_.validate();
+  build_linears();
+  bind_frozen_storage();
+}
+
+void Transformer::build_linears() {
   const bool round = policy_.activations == Precision::kBF16;
   const int64_t C = config_.d_model, F = config_.d_ff;
+  // A trainable linear (its copies made from the masters by refresh_weights) or a frozen one.
+  auto linear = [&](std::string name, int64_t n, int64_t k, Precision p, bool round_output) {
+    return frozen_ ? Linear::frozen(std::move(name), n, k, p, policy_.weight_scale_format,
+                                    policy_.activation_scale_format, round_output)
+                   : Linear(std::move(name), n, k, p, policy_.weight_scale_format, policy_.activation_scale_format,
+                            round_output);
+  };
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     auto make = [&](const char* suffix, int64_t n, int64_t k) {
       std::string name = layer_param_name(l, suffix);
       const Precision p = policy_.linear_precision(l, config_.n_layers, name);
-      return Linear::frozen(name, n, k, p, policy_.weight_scale_format, policy_.activation_scale_format, round);
+      return linear(std::move(name), n, k, p, round);
     };
     linears_.push_back({make("self_attn.q_proj.weight", config_.q_dim(), C),
                         make("self_attn.k_proj.weight", config_.kv_dim(), C),
@@ -213,12 +207,10 @@ Transformer::Transformer(const ModelConfig& config, const PrecisionPolicy& polic
                         make("mlp.up_proj.weight", F, C), make("mlp.down_proj.weight", C, F)});
   }
   const Precision head = policy_.fp32_lm_head || policy_.activations == Precision::kF32 ? Precision::kF32 : Precision::kBF16;
-  lm_head_ = Linear::frozen(config_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight",
-                            config_.vocab_size, C, head, policy_.weight_scale_format, policy_.activation_scale_format,
-                            /*round_output_bf16=*/false);
+  lm_head_ = linear(config_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", config_.vocab_size, C,
+                    head, /*round_output=*/false);
   rope_ = rope_table(config_.head_dim, config_.max_seq_len, config_.rope_theta,
                      config_.rope_llama3_scaling ? &config_.rope_scaling : nullptr);
-  bind_frozen_storage();
 }
 
 void Transformer::bind_frozen_storage() {

@@ -234,6 +234,8 @@ class Transformer {
   void ensure_layer_acts(LayerActs& a, int64_t N) const;
   void resize_activations(int64_t B, int64_t T);
   void round_activations(float* x, int64_t n) const;
+  // The linears (trainable, or frozen for a frozen model) and the RoPE table of the config.
+  void build_linears();
   void bind_frozen_storage();
 
   ModelConfig config_;
