@@ -60,7 +60,7 @@ class Linear {
   // row-wise codes and scales (no column-wise copy), or for an FP32 layer a copy of the FP32
   // weights. It gives forward()'s bits; backward() on it is refused. (The reference policy.)
   Linear frozen_copy() const;
-  // A frozen linear of this shape and precision with zeroed weights, for set_frozen_weights or
+  // A frozen linear of this shape and precision with zeroed weights, for set_frozen_rows or
   // install_fp8_weights to fill (streamed loading: no FP32 master is ever held).
   static Linear frozen(std::string name, int64_t out_features, int64_t in_features, Precision precision,
                        ScaleFormat weight_format, ScaleFormat activation_format, bool round_output_bf16);

@@ -609,9 +609,14 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
       }
     }
   }
-  rmsnorm_forward(hf_.data(), rstd_f_.data(), x_final_.data(), w_.final_norm, N, C, config_.norm_eps);
-  if (!policy_.fp32_lm_head) round_activations(hf_.data(), N * C);
+  final_norm(hf_.data(), rstd_f_.data(), x_final_.data(), N);
   lm_head_logprobs_forward(lm_head_, hf_.data(), N, batch.targets.data(), logprobs, lse_.data(), head_scratch_);
+}
+
+void Transformer::final_norm(float* hf, float* rstd, const float* x, int64_t N) const {
+  const int64_t C = config_.d_model;
+  rmsnorm_forward(hf, rstd, x, w_.final_norm, N, C, config_.norm_eps);
+  if (!policy_.fp32_lm_head) round_activations(hf, N * C);
 }
 
 void Transformer::logits(const std::vector<int64_t>& rows, float* out) {
@@ -719,8 +724,7 @@ void Transformer::prefix_logprobs(const TokenBatch& batch, float* logprobs) {
   }
   const int64_t S = static_cast<int64_t>(targets.size());
   std::vector<float> hf(static_cast<size_t>(N * C)), rstd(static_cast<size_t>(N));
-  rmsnorm_forward(hf.data(), rstd.data(), calib_acts_.x.data(), w_.final_norm, N, C, config_.norm_eps);
-  if (!policy_.fp32_lm_head) round_activations(hf.data(), N * C);
+  final_norm(hf.data(), rstd.data(), calib_acts_.x.data(), N);
   std::vector<float> scored(static_cast<size_t>(S * C)), lp(static_cast<size_t>(S)), lse(static_cast<size_t>(S));
   for (int64_t j = 0; j < S; ++j) {
     const int64_t r = row_of[static_cast<size_t>(at[static_cast<size_t>(j)])];

@@ -207,10 +207,9 @@ class Transformer {
   RowLayout prefix_layout(const TokenBatch& batch, const RowLayout& padded, std::vector<int32_t>* row_of);
   // x [N, C] = the BF16-rounded embeddings of the real rows, zero for padding.
   void embed(float* x, const RowLayout& rows) const;
-  // The head on N rows of final hidden states x: final norm into hf (rstd [N]), the BF16
-  // rounding point unless fp32_lm_head, then the LM head into logits [N, V].
-  void head_forward(float* logits, float* hf, float* rstd, const float* x, int64_t N, LinearCache& cache,
-                    bool save_for_backward);
+  // The LM head's input: the final norm of N rows of hidden states x into hf (rstd [N]), rounded
+  // to BF16 unless fp32_lm_head.
+  void final_norm(float* hf, float* rstd, const float* x, int64_t N) const;
   // One decoder layer over `rows`: input x [N, C], output x_next [N, C] (may be x), the
   // activations into `a`; returns the layer's q/k/v amax over the real rows. `save_for_backward`
   // keeps the FP8 linears' column-wise copies; `stop_after_qkv` returns right after the amax
