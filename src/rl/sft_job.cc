@@ -124,7 +124,8 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
 double run_eval_job(const RunConfig& config) {
   FP8RL_CHECK(config.model_dir().has_value(), "eval needs model.name=DIR or model.checkpoint=DIR");
   const std::unique_ptr<Task> task = make_task(config);
-  Transformer model = load_job_model(config);
+  // Forward only: a frozen model (no FP32 masters, no gradients), the same log-probs.
+  Transformer model = load_frozen_model(*config.model_dir(), config.trainer_policy());
   const std::unique_ptr<Tokenizer> tok = load_job_tokenizer(config, model.config());
   return greedy_validation_accuracy(model, *task, *tok, config.val_max_examples, config.max_new_tokens);
 }
