@@ -585,12 +585,26 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, const float* x, Layer
 void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_backward) {
   rows_ = batch_layout(batch, "forward");
   const int64_t N = rows_.N, C = config_.d_model;
-  resize_activations(batch.B, batch.T);
   batch_ = batch;
   saved_for_backward_ = for_backward && !frozen_;
-  embed(acts_[0].x.data(), rows_);
   qkv_amax_.assign(static_cast<size_t>(config_.n_layers), QkvAmax{});
   ensure(backward_scratch_.tmp, N * C);  // [N, C] projection output before the residual add
+  if (!saved_for_backward_) {
+    // Nothing is kept for a backward: the layers run in place on one [N, C] buffer with one layer's
+    // activations (the same arithmetic, so the same log-probs and calibration).
+    B_ = batch.B, T_ = batch.T;
+    ensure_layer_acts(recompute_acts_, N);
+    ensure(x_final_, N * C), ensure(hf_, N * C), ensure(rstd_f_, N), ensure(lse_, N);
+    embed(x_final_.data(), rows_);
+    for (int64_t l = 0; l < config_.n_layers; ++l)
+      qkv_amax_[static_cast<size_t>(l)] = layer_forward(l, x_final_.data(), recompute_acts_, x_final_.data(),
+                                                        backward_scratch_.tmp.data(), rows_, false, false);
+    final_norm(hf_.data(), rstd_f_.data(), x_final_.data(), N);
+    lm_head_logprobs_forward(lm_head_, hf_.data(), N, batch.targets.data(), logprobs, lse_.data(), head_scratch_);
+    return;
+  }
+  resize_activations(batch.B, batch.T);
+  embed(acts_[0].x.data(), rows_);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     float* x_next = l + 1 < config_.n_layers ? acts_[static_cast<size_t>(l + 1)].x.data() : x_final_.data();
     // With checkpointing every layer runs in the one LayerActs that backward recomputes into, and

@@ -84,8 +84,9 @@ class Transformer {
   void zero_grads();
 
   // logprobs [B*T]: log-prob of targets[n] at row n (0 where targets[n] < 0). Saves activations;
-  // `for_backward` false skips what only backward() reads (the FP8 linears' column-wise copies),
-  // for forwards that only want log-probs (the same log-probs); a backward() after it is refused.
+  // `for_backward` false (and any forward of a frozen model) keeps nothing for backward: one
+  // layer's activations, no FP8 column-wise copies, the same log-probs; a backward() after it is
+  // refused.
   void forward(const TokenBatch& batch, float* logprobs, bool for_backward = true);
   // Logits [rows.size(), V] (FP32) of the given rows of the last forward.
   void logits(const std::vector<int64_t>& rows, float* out);
