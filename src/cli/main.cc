@@ -2,12 +2,15 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "bench/bench_suites.h"
 #include "cli/demo.h"
 #include "core/check.h"
 #include "report/report_job.h"
+#include "rl/dist/communicator.h"
 #include "rl/recipe.h"
 #include "rl/generate_job.h"
 #include "rl/model_source.h"
@@ -43,7 +46,31 @@ std::string load_recipe(const RecipeCommand& c, fp8rl::ConfigSchema& schema, fp8
 
 }  // namespace
 
+namespace {
+
+// Under an MPI launcher: join the job's world and, unless FP8RL_NUM_THREADS says otherwise, give
+// each process its share of the machine's CPUs (before the kernel pool first starts).
+const fp8rl::dist::Communicator& join_world(int* argc, char*** argv) {
+  fp8rl::dist::init_world(argc, argv);
+  const fp8rl::dist::Communicator& comm = fp8rl::dist::world();
+  if (comm.size() > 1 && std::getenv("FP8RL_NUM_THREADS") == nullptr)
+    setenv("FP8RL_NUM_THREADS", std::to_string(fp8rl::dist::default_threads_per_process(comm)).c_str(), 1);
+  return comm;
+}
+
+// An error on any rank ends the whole job (the others may be waiting for it in a collective);
+// the last checkpoint is whole, as after any failure.
+int fail(const fp8rl::dist::Communicator& comm, const char* what) {
+  fmt::print(stderr, "fp8rl: {}error: {}\n", comm.label(), what);
+  std::fflush(stderr);
+  if (comm.size() > 1) comm.abort(1);
+  return 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  const fp8rl::dist::Communicator& comm = join_world(&argc, &argv);
   CLI::App app{"fp8rl: reinforcement-learning post-training with end-to-end FP8"};
   app.require_subcommand(1);
 
@@ -125,6 +152,8 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
+    FP8RL_CHECK(comm.size() == 1 || *train.app || *sft.app,
+                "only `train` and `sft` run on several processes; run this command without mpirun");
     fp8rl::ConfigSchema schema;
     fp8rl::RunConfig run;
     if (*generate) fp8rl::run_generate_job(gen);
@@ -151,12 +180,9 @@ int main(int argc, char** argv) {
     if (*bench && suite == "model") fp8rl::bench::run_model_bench(bench_options, bench_quick);
     if (*bench && suite == "generate") fp8rl::bench::run_generate_bench(bench_options, bench_quick);
     if (*bench && suite == "memory") return fp8rl::bench::run_memory_bench(bench_options, bench_check);
-  } catch (const fp8rl::Error& e) {
-    fmt::print(stderr, "fp8rl: error: {}\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "fp8rl: error: {}\n", e.what());
-    return 1;
+    return fail(comm, e.what());
   }
+  fp8rl::dist::finalize_world();
   return 0;
 }

@@ -31,7 +31,7 @@ void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int6
 }
 
 // dx row by row (blocks of rows on the pool); dw column by column (blocks of columns on the
-// pool), each column summing its rows in order as a single loop would.
+// pool), each column summing its rows in order as a single loop would, from zero.
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
                       int64_t rows, int64_t dim, bool accumulate_dx) {
   parallel_for_ranges(rows, kRowsPerTask, [&](int64_t r0, int64_t r1) {
@@ -50,9 +50,13 @@ void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, con
       }
     }
   });
+  // dw: each column's rows summed in order from zero, then added to dw once (one term per call:
+  // see Transformer::backward's gradient contract).
   parallel_for_ranges(dim, kColsPerTask, [&](int64_t i0, int64_t i1) {
+    float sum[kColsPerTask] = {};
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t i = i0; i < i1; ++i) dw[i] += dy[r * dim + i] * (x[r * dim + i] * rstd[r]);
+      for (int64_t i = i0; i < i1; ++i) sum[i - i0] += dy[r * dim + i] * (x[r * dim + i] * rstd[r]);
+    for (int64_t i = i0; i < i1; ++i) dw[i] += sum[i - i0];
   });
 }
 

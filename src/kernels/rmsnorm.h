@@ -13,7 +13,8 @@ namespace fp8rl {
 void rmsnorm_forward(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t dim, float eps,
                      bool round_output_bf16 = false);
 
-// dx (+)= d/dx; dw += d/dw. `rstd` is the forward's. With accumulate_dx false, dx is overwritten.
+// dx (+)= d/dx; dw += d/dw, where d/dw (the rows' terms summed in row order from zero) is added
+// to dw once. `rstd` is the forward's. With accumulate_dx false, dx is overwritten.
 void rmsnorm_backward(float* dx, float* dw, const float* dy, const float* x, const float* w, const float* rstd,
                       int64_t rows, int64_t dim, bool accumulate_dx);
 

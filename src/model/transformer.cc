@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <tuple>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "core/rng.h"
@@ -796,7 +797,7 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
   rmsnorm_backward(dx, lg.attn_norm, dh, x, lw.attn_norm, a.rstd1.data(), N, C, true);
 }
 
-void Transformer::backward(const float* dlogprobs) {
+void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_rows) {
   FP8RL_CHECK(B_ > 0, "backward called before forward");
   FP8RL_CHECK(!frozen_, "a frozen model has no backward");
   FP8RL_CHECK(saved_for_backward_, "backward after a forward that did not save for backward (for_backward false)");
@@ -827,10 +828,38 @@ void Transformer::backward(const float* dlogprobs) {
       layer_backward(l, x, acts_[static_cast<size_t>(l)], dx, w);
     }
   }
-  // Embedding: dE[token[n], :] += dx[n, :]
+  // Embedding: dE[token, :] += (the sum over the rows n holding `token` of dx[n, :]), one term
+  // per distinct token (the gradient contract in transformer.h).
+  EmbeddingRowGrads local;
+  EmbeddingRowGrads& term = embedding_rows != nullptr ? *embedding_rows : local;
+  term.tokens.clear();
+  term.rows.clear();
+  std::unordered_map<int32_t, int64_t> slot_of;
   for (int64_t n = 0; n < N; ++n) {
-    float* row = g_.embed + batch_.tokens[static_cast<size_t>(n)] * C;
-    for (int64_t i = 0; i < C; ++i) row[i] += dx[n * C + i];
+    const int32_t token = batch_.tokens[static_cast<size_t>(n)];
+    auto [it, added] = slot_of.try_emplace(token, static_cast<int64_t>(term.tokens.size()));
+    if (added) {
+      term.tokens.push_back(token);
+      term.rows.resize(term.rows.size() + static_cast<size_t>(C), 0.0f);
+    }
+    float* sum = term.rows.data() + it->second * C;
+    for (int64_t i = 0; i < C; ++i) sum[i] += dx[n * C + i];
+  }
+  if (embedding_rows == nullptr) add_embedding_rows(term);
+}
+
+void Transformer::add_embedding_rows(const EmbeddingRowGrads& rows) {
+  FP8RL_CHECK(!grads_.empty(), "add_embedding_rows: gradients were released (release_grads): call zero_grads first");
+  const int64_t C = config_.d_model;
+  FP8RL_CHECK(rows.rows.size() == rows.tokens.size() * static_cast<size_t>(C),
+              "add_embedding_rows: {} values for {} tokens of width {}", rows.rows.size(), rows.tokens.size(), C);
+  for (size_t k = 0; k < rows.tokens.size(); ++k) {
+    const int32_t token = rows.tokens[k];
+    FP8RL_CHECK(token >= 0 && token < config_.vocab_size, "add_embedding_rows: token {} outside the vocabulary of {}",
+                token, config_.vocab_size);
+    float* row = g_.embed + token * C;
+    const float* sum = rows.rows.data() + static_cast<int64_t>(k) * C;
+    for (int64_t i = 0; i < C; ++i) row[i] += sum[i];
   }
 }
 

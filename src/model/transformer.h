@@ -33,6 +33,13 @@ struct TokenBatch {
   static TokenBatch empty(int64_t B, int64_t T, int32_t pad_token);
 };
 
+// The embedding rows' term of one backward (Transformer::backward): for each distinct token of
+// the batch, in order of first appearance, the sum of its rows' gradients in position order.
+struct EmbeddingRowGrads {
+  std::vector<int32_t> tokens;
+  std::vector<float> rows;  // [tokens.size(), d_model]
+};
+
 // Memory (docs/model.md, "Memory"): a trainable model holds the FP32 masters and gradients
 // [num_params] and each linear's low-precision copy; a forward for backward keeps per layer the
 // activations of LayerActs over the batch's N rows (or, with activation checkpointing, only each
@@ -91,7 +98,17 @@ class Transformer {
   // Logits [rows.size(), V] (FP32) of the given rows of the last forward.
   void logits(const std::vector<int64_t>& rows, float* out);
   // Adds the gradient of sum_n dlogprobs[n] * logprobs[n] to grads(). Uses the last forward.
-  void backward(const float* dlogprobs);
+  //
+  // The gradient contract (what makes micro-batches a fold that a data-parallel reduction can
+  // reproduce, rl/dist): every gradient element receives one term per call, formed from zero and
+  // added once (a linear's weight product, a norm weight's column sum), except the embedding rows
+  // of the batch's tokens, which then receive a second term: per distinct token, its rows'
+  // gradients summed in position order from zero. (With tied embeddings the LM head's product is
+  // the first term of those rows.) With `embedding_rows`, that second term is returned there
+  // instead of added.
+  void backward(const float* dlogprobs, EmbeddingRowGrads* embedding_rows = nullptr);
+  // Adds an embedding-row term (as backward() returns it) to grads().
+  void add_embedding_rows(const EmbeddingRowGrads& rows);
   // Frees every buffer a forward or backward sized for its batch (saved activations, gradient
   // scratch, the prefix forwards' scratch): GRPO calls it after each phase, so that the memory of
   // the trainer's phases is never resident at once. The next forward allocates them again; a

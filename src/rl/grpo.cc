@@ -16,6 +16,7 @@
 #include "io/tfevents.h"
 #include "model/checkpoint.h"
 #include "rl/advantages.h"
+#include "rl/dist/data_parallel.h"
 #include "rl/evaluate.h"
 #include "rl/grpo_loss.h"
 #include "rl/refit.h"
@@ -122,6 +123,10 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
               "policy.train_global_batch_size ({}) must divide grpo.num_prompts_per_step * num_generations_per_prompt ({})",
               global, rollouts);
   const std::unique_ptr<Task> task = make_task(config);
+  // The world of this run (docs/distributed.md): each rank generates its share of the prompts
+  // and trains its share of the micro-batches; rank 0 alone writes the run directory.
+  const dist::Communicator& comm = dist::world();
+  const bool root = comm.is_root();
   const fs::path run_dir = config.log_dir, ckpt_dir = run_dir / "checkpoint";
   if (resume) {
     FP8RL_CHECK(fs::exists(ckpt_dir / "trainer_state.json"),
@@ -176,16 +181,20 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   }
 
   // ---- run directory ---------------------------------------------------------------------------
-  fs::create_directories(run_dir);
-  remove_stale_temporaries(run_dir, "checkpoint");  // leftovers of a crash during a checkpoint write
-  write_file_atomic(run_dir / "config.yaml", effective_yaml);
-  if (resume) {
-    truncate_metrics(run_dir / "metrics.jsonl", start_step);
-    truncate_event_files(run_dir, start_step);  // TensorBoard's copy of the metrics, likewise
-  }
-  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+  comm.barrier();  // every rank has checked the directory (and read the checkpoint) before rank 0 writes
+  std::ofstream metrics;
   std::optional<TfEventsWriter> tensorboard;  // a new event file per invocation (resumed runs too)
-  if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
+  if (root) {
+    fs::create_directories(run_dir);
+    remove_stale_temporaries(run_dir, "checkpoint");  // leftovers of a crash during a checkpoint write
+    write_file_atomic(run_dir / "config.yaml", effective_yaml);
+    if (resume) {
+      truncate_metrics(run_dir / "metrics.jsonl", start_step);
+      truncate_event_files(run_dir, start_step);  // TensorBoard's copy of the metrics, likewise
+    }
+    metrics.open(run_dir / "metrics.jsonl", std::ios::app);
+    if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
+  }
 
   GenerateOptions gen_opts;
   gen_opts.max_new_tokens = config.max_new_tokens;
@@ -195,13 +204,19 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   gen_opts.share_prefix = config.share_prefix;
   GenerateOptions val_opts = gen_opts;
   val_opts.sampling.temperature = 0.0f;
-  auto validate = [&] {
+  auto validate = [&] {  // each rank answers its share; the rewards are summed in example order
     const auto& val = task->validation();
     const int64_t n = std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(val.size()));
-    const std::vector<std::vector<int32_t>> prompts(val_ids.begin(), val_ids.begin() + n);
-    const auto out = generator.generate(prompts, 1, val_opts);
+    const dist::Share share = dist::share_of(n, comm.rank(), comm.size());
+    const std::vector<std::vector<int32_t>> prompts(val_ids.begin() + share.begin, val_ids.begin() + share.end);
+    std::vector<double> mine;
+    if (!prompts.empty()) {
+      const auto out = generator.generate(prompts, 1, val_opts);
+      for (int64_t i = share.begin; i < share.end; ++i)
+        mine.push_back(task->reward(val[static_cast<size_t>(i)], tok.decode_response(out[static_cast<size_t>(i - share.begin)].tokens)));
+    }
     double total = 0;
-    for (int64_t i = 0; i < n; ++i) total += task->reward(val[static_cast<size_t>(i)], tok.decode_response(out[static_cast<size_t>(i)].tokens));
+    for (double reward : dist::allgather_values(comm, mine)) total += reward;
     return total / static_cast<double>(n);
   };
   auto draw_prompts = [&](int64_t step) {
@@ -231,14 +246,16 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
 
   GrpoJobResult result;
   result.val_accuracy_before = validate();
-  fmt::print("grpo: {} parameters; trainer {} / generator {} linears, KV cache {} ({} tokens in {} MiB); "
-             "{} prompts x {} samples per step; validation accuracy at start {:.3f}\n",
-             policy.num_params(), config.precision, config.generation_precision, config.kv_cache_dtype,
-             generator.kv_cache().capacity_tokens(), generator.kv_cache().storage_bytes() >> 20, P, G,
-             result.val_accuracy_before);
-  std::fflush(stdout);
+  if (root) {
+    fmt::print("grpo: {} parameters; trainer {} / generator {} linears, KV cache {} ({} tokens in {} MiB); "
+               "{} prompts x {} samples per step{}; validation accuracy at start {:.3f}\n",
+               policy.num_params(), config.precision, config.generation_precision, config.kv_cache_dtype,
+               generator.kv_cache().capacity_tokens(), generator.kv_cache().storage_bytes() >> 20, P, G,
+               comm.size() > 1 ? fmt::format(" on {} processes", comm.size()) : "", result.val_accuracy_before);
+    std::fflush(stdout);
+  }
 
-  ProgressLine progress("grpo", start_step, config.grpo_max_num_steps, stdout_is_terminal());
+  ProgressLine progress("grpo", start_step, config.grpo_max_num_steps, root && stdout_is_terminal());
   std::string last_validation;  // the progress line's "val acc X @STEP"
   double sum_mult_err = 0, sum_time[6] = {};
   int64_t skipped_total = 0, kv_waited_total = 0;
@@ -247,11 +264,25 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     // 1. generation
     const std::vector<const Example*> picks = draw_prompts(step);
     const std::vector<std::vector<int32_t>> prompts = step_prompts(step);
-    gen_opts.first_sequence_index = static_cast<uint64_t>(step * rollouts);
-    const std::vector<GeneratedSequence> seqs = generator.generate(prompts, G, gen_opts);
+    // This rank's share of the prompts (whole groups); sequence (p, g) draws from stream
+    // step * rollouts + p * G + g whichever rank generates it.
+    const dist::Share share = dist::share_of(P, comm.rank(), comm.size());
+    std::vector<GeneratedSequence> mine;
+    int64_t kv_waited = 0;
+    if (share.end > share.begin) {
+      gen_opts.first_sequence_index = static_cast<uint64_t>(step * rollouts + share.begin * G);
+      mine = generator.generate({prompts.begin() + share.begin, prompts.begin() + share.end}, G, gen_opts);
+      for (GeneratedSequence& s : mine) s.prompt_index += share.begin;
+      kv_waited = generator.last_stats().kv_waited;
+    }
     if (release_memory) generator.release_memory();  // packed again by the refit
+    const std::vector<GeneratedSequence> seqs = dist::allgather_sequences(comm, std::move(mine));
+    if (comm.size() > 1) {  // the rollouts of every rank that waited
+      const std::vector<int64_t> waited = dist::allgather_values(comm, std::vector<int64_t>{kv_waited});
+      kv_waited = 0;
+      for (int64_t w : waited) kv_waited += w;
+    }
     const double t_generation = t.seconds();
-    const int64_t kv_waited = generator.last_stats().kv_waited;
     kv_waited_total += kv_waited;
     // 2. rewards and 3. advantages
     std::vector<Rollout> r(static_cast<size_t>(rollouts));
@@ -274,11 +305,21 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     // bit and the separate pass is skipped.
     t.reset();
     const bool prev_from_training = rollouts == global;
-    for (size_t m0 = 0; m0 < r.size(); m0 += static_cast<size_t>(micro)) {
-      const size_t m1 = std::min(r.size(), m0 + static_cast<size_t>(micro));
-      if (!prev_from_training) response_logprobs(policy, r, m0, m1, tok.pad(), &Rollout::prev);
-      if (use_reference) response_logprobs(*reference, r, m0, m1, tok.pad(), &Rollout::ref);
+    // The micro-batches of each optimizer step, [m0, m1) of r; micro-batch k of a step runs on
+    // rank k % N, which alone needs its log-probs.
+    std::vector<std::vector<std::pair<size_t, size_t>>> optimizer_steps;
+    for (size_t g0 = 0; g0 < r.size(); g0 += static_cast<size_t>(global)) {
+      optimizer_steps.emplace_back();
+      for (size_t m0 = g0; m0 < g0 + static_cast<size_t>(global); m0 += static_cast<size_t>(micro))
+        optimizer_steps.back().emplace_back(m0, std::min(g0 + static_cast<size_t>(global), m0 + static_cast<size_t>(micro)));
     }
+    for (const auto& micro_batches : optimizer_steps)
+      for (size_t k = 0; k < micro_batches.size(); ++k) {
+        if (!dist::runs_micro_batch(static_cast<int64_t>(k), comm.rank(), comm.size())) continue;
+        const auto [m0, m1] = micro_batches[k];
+        if (!prev_from_training) response_logprobs(policy, r, m0, m1, tok.pad(), &Rollout::prev);
+        if (use_reference) response_logprobs(*reference, r, m0, m1, tok.pad(), &Rollout::ref);
+      }
     if (release_memory) {
       policy.release_activations();
       if (use_reference) reference->release_activations();
@@ -287,15 +328,15 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     // 5. optimizer steps
     t.reset();
     GrpoMetricSums sums;
-    double grad_norm = 0, lr = 0;
+    double grad_norm = 0, lr = 0, t_communication = 0;
     int64_t skipped = 0;
-    for (size_t g0 = 0; g0 < r.size(); g0 += static_cast<size_t>(global)) {
-      const size_t g1 = g0 + static_cast<size_t>(global);
+    for (const auto& micro_batches : optimizer_steps) {
+      const size_t g0 = micro_batches.front().first, g1 = micro_batches.back().second;
       int64_t global_tokens = 0;
       for (size_t i = g0; i < g1; ++i) global_tokens += static_cast<int64_t>(r[i].response.size());
-      policy.zero_grads();
-      for (size_t m0 = g0; m0 < g1; m0 += static_cast<size_t>(micro)) {
-        const size_t m1 = std::min(g1, m0 + static_cast<size_t>(micro));
+      // One micro-batch: forward, loss, backward; its metric sums go to every rank.
+      const auto run = [&](int64_t k, EmbeddingRowGrads* embedding_rows) {
+        const auto [m0, m1] = micro_batches[static_cast<size_t>(k)];
         const TokenBatch b = rollout_batch(r, m0, m1, tok.pad());
         std::vector<float> lp(static_cast<size_t>(b.B * b.T));
         policy.forward(b, lp.data());
@@ -317,20 +358,24 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
         GrpoLossBatch lb{curr, prev, gen, ref, advs, offsets, global_tokens, global};
         std::vector<float> grad(curr.size());
         const GrpoLossResult res = grpo_loss(config.loss, lb, grad);
-        sums.merge(res.sums);
         std::vector<float> dlp(lp.size(), 0.0f);
-        for (size_t i = m0, k = 0; i < m1; ++i) {
+        for (size_t i = m0, n = 0; i < m1; ++i) {
           const size_t start = (i - m0) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
-          for (size_t j = 0; j < r[i].response.size(); ++j) dlp[start + j] = grad[k++];
+          for (size_t j = 0; j < r[i].response.size(); ++j) dlp[start + j] = grad[n++];
         }
-        policy.backward(dlp.data());
-      }
+        policy.backward(dlp.data(), embedding_rows);
+        return dist::to_bytes(res.sums);
+      };
+      const dist::AccumulateResult acc =
+          dist::accumulate_gradients(comm, policy, static_cast<int64_t>(micro_batches.size()), run);
+      for (const std::vector<std::byte>& bytes : acc.outputs) sums.merge(dist::from_bytes<GrpoMetricSums>(bytes));
+      t_communication += acc.communication_seconds;
       lr = schedule.lr_at(config.adam.lr, optimizer.steps_taken() + skipped_total + skipped);
       grad_norm = optimizer.step(policy.params(), policy.grads(), lr);
       if (!std::isfinite(grad_norm)) {
         ++skipped;
         progress.end_line();
-        fmt::print(stderr, "grpo: warning: step {}: non-finite loss or gradient, optimizer step skipped\n", step + 1);
+        if (root) fmt::print(stderr, "grpo: warning: step {}: non-finite loss or gradient, optimizer step skipped\n", step + 1);
       } else {
         policy.refresh_weights();
       }
@@ -401,10 +446,11 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     const double total = step_timer.seconds();
     line["timing"] = {{"generation", t_generation}, {"logprobs", t_logprobs}, {"training", t_training},
                       {"refit", t_refit},           {"kv_calibration", t_kv}, {"total", total}};
+    if (comm.size() > 1) line["timing"]["communication"] = t_communication;  // part of training
     line["tokens_per_s"] = {{"generation", static_cast<double>(gen_tokens) / t_generation},
                             {"training", static_cast<double>(gen_tokens) / t_training}};
     line["memory"] = {{"peak_rss_gib", gib(peak_rss_bytes())}};  // the process's peak so far (a measurement, like timing)
-    metrics << line.dump() << "\n" << std::flush;
+    if (root) metrics << line.dump() << "\n" << std::flush;
     if (tensorboard) {
       tensorboard->add_scalars(step + 1, unix_time_seconds(), metrics_line_scalars(line));
       tensorboard->flush();
@@ -419,7 +465,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       progress.update(
           step + 1, fmt::format("reward {:.3f}{}  acc {:.3f}  mult_prob_err {:.4f}", line["reward_mean"].get<double>(),
                                 last_validation, line["accuracy"].get<double>(), gm.token_mult_prob_error));
-    } else {
+    } else if (root) {
       fmt::print(
           "step {:>4}/{}  reward {:.3f}  acc {:.3f}  len {:.1f}  loss {:+.4f}  mult_prob_err {:.4f}  "
           "gen {:.2f}s lp {:.2f}s train {:.2f}s refit {:.3f}s kv {:.3f}s{}\n",
@@ -434,18 +480,20 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     if ((config.save_period > 0 && (step + 1) % config.save_period == 0) || last || stopping) {
       nlohmann::json state = {{"step", step + 1}};
       if (fp8_kv) state["kv_scales"] = scales_to_json(kv_scales);
-      save_checkpoint(ckpt_dir, policy, &optimizer, state, config.model_dir().value_or(""));
+      if (root) save_checkpoint(ckpt_dir, policy, &optimizer, state, config.model_dir().value_or(""));
+      comm.barrier();  // the checkpoint is whole before any rank goes on
     }
     ++result.steps;
     if (stopping) {
       progress.end_line();
-      fmt::print("grpo: stopping after {} steps as asked (--stop-after); continue with --resume\n", result.steps);
+      if (root) fmt::print("grpo: stopping after {} steps as asked (--stop-after); continue with --resume\n", result.steps);
       break;
     }
   }
   progress.end_line();
-  if (start_step + result.steps == config.grpo_max_num_steps) export_job_model(config, policy);
-  if (result.steps > 0) {
+  if (root && start_step + result.steps == config.grpo_max_num_steps) export_job_model(config, policy);
+  comm.barrier();
+  if (root && result.steps > 0) {
     const double n = static_cast<double>(result.steps);
     fmt::print("grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}; mean step "
                "{:.2f}s = generation {:.2f} + logprobs {:.2f} + training {:.2f} + refit {:.3f} + kv_calibration {:.3f}; "

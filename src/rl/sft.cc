@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "rl/dist/data_parallel.h"
 
 namespace fp8rl {
 
@@ -27,26 +28,34 @@ TokenBatch make_sft_batch(const std::vector<const SftExample*>& examples, int32_
   return batch;
 }
 
-SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<TokenBatch>& micro_batches, double lr) {
+SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<TokenBatch>& micro_batches, double lr,
+                       const dist::Communicator& comm) {
   SftStepResult r;
   for (const TokenBatch& b : micro_batches)
     for (int32_t t : b.targets) r.tokens += t >= 0;
   FP8RL_CHECK(r.tokens > 0, "sft_step: the batch scores no tokens");
   // d(mean NLL)/d logprob = -1 / tokens on every scored row of the global batch.
   const float d = -1.0f / static_cast<float>(r.tokens);
-  double nll = 0;
-  model.zero_grads();
-  for (const TokenBatch& batch : micro_batches) {
+  // Each micro-batch's NLL summed from zero, then the micro-batches' in order (as the gradient:
+  // rl/dist/data_parallel.h), on whichever rank ran it.
+  const auto run = [&](int64_t k, EmbeddingRowGrads* embedding_rows) {
+    const TokenBatch& batch = micro_batches[static_cast<size_t>(k)];
     const int64_t N = batch.B * batch.T;
     std::vector<float> logprobs(static_cast<size_t>(N)), dlogprobs(static_cast<size_t>(N), 0.0f);
     model.forward(batch, logprobs.data());
+    double nll = 0;
     for (int64_t n = 0; n < N; ++n) {
       if (batch.targets[static_cast<size_t>(n)] < 0) continue;
       nll -= logprobs[static_cast<size_t>(n)];
       dlogprobs[static_cast<size_t>(n)] = d;
     }
-    model.backward(dlogprobs.data());
-  }
+    model.backward(dlogprobs.data(), embedding_rows);
+    return dist::to_bytes(nll);
+  };
+  double nll = 0;
+  for (const std::vector<std::byte>& bytes :
+       dist::accumulate_gradients(comm, model, static_cast<int64_t>(micro_batches.size()), run).outputs)
+    nll += dist::from_bytes<double>(bytes);
   r.loss = nll / static_cast<double>(r.tokens);
   if (!std::isfinite(r.loss)) {
     r.skipped = true;

@@ -8,6 +8,7 @@
 
 #include "model/optimizer.h"
 #include "model/transformer.h"
+#include "rl/dist/communicator.h"
 
 namespace fp8rl {
 
@@ -31,7 +32,10 @@ struct SftStepResult {
 // One optimizer step on the mean token NLL over all micro-batches (gradients accumulate; the
 // mean's denominator is the scored tokens of the whole global batch), then a refresh of the
 // model's low-precision weights. A non-finite loss or gradient skips the update.
-SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<TokenBatch>& micro_batches, double lr);
+// Under a communicator of several ranks, each runs its share of the micro-batches
+// (rl/dist/data_parallel.h) and every rank takes the same optimizer step.
+SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<TokenBatch>& micro_batches, double lr,
+                       const dist::Communicator& comm = dist::world());
 inline SftStepResult sft_step(Transformer& model, AdamW& optimizer, const TokenBatch& batch, double lr) {
   return sft_step(model, optimizer, std::vector<TokenBatch>{batch}, lr);
 }

@@ -12,6 +12,7 @@
 #include "io/atomic_file.h"
 #include "io/tfevents.h"
 #include "model/checkpoint.h"
+#include "rl/dist/communicator.h"
 #include "rl/evaluate.h"
 #include "rl/sft.h"
 #include "rl/model_source.h"
@@ -46,20 +47,29 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   }
   AdamW optimizer(model.layout(), config.adam);
 
+  // Under MPI every rank runs its share of each step's micro-batches (sft_step); rank 0 alone
+  // writes the run directory and prints.
+  const dist::Communicator& comm = dist::world();
+  const bool root = comm.is_root();
   const fs::path run_dir = config.log_dir;
-  fs::create_directories(run_dir);
-  remove_stale_temporaries(run_dir, "checkpoint");
-  write_file_atomic(run_dir / "config.yaml", effective_yaml);
-  std::ofstream metrics(run_dir / "sft_metrics.jsonl");
+  std::ofstream metrics;
   std::optional<TfEventsWriter> tensorboard;
-  if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
+  if (root) {
+    fs::create_directories(run_dir);
+    remove_stale_temporaries(run_dir, "checkpoint");
+    write_file_atomic(run_dir / "config.yaml", effective_yaml);
+    metrics.open(run_dir / "sft_metrics.jsonl");
+    if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
+  }
 
   SftJobResult result;
   result.val_accuracy_before =
       greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
-  fmt::print("sft: {} parameters, precision {}, validation accuracy before: {:.3f} ({} examples)\n",
-             model.num_params(), config.precision, result.val_accuracy_before,
-             std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(task->validation().size())));
+  if (root)
+    fmt::print("sft: {} parameters, precision {}, validation accuracy before: {:.3f} ({} examples){}\n",
+               model.num_params(), config.precision, result.val_accuracy_before,
+               std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(task->validation().size())),
+               comm.size() > 1 ? fmt::format("; {} processes", comm.size()) : "");
 
   LrSchedule schedule = config.schedule;
   if (schedule.total_steps == 0) schedule.total_steps = config.sft_max_num_steps;
@@ -67,7 +77,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   const int64_t global = config.train_global_batch_size, micro = std::min(config.train_micro_batch_size, global);
   Timer total;
   int64_t skipped = 0;
-  ProgressLine progress("sft", 0, config.sft_max_num_steps, stdout_is_terminal());
+  ProgressLine progress("sft", 0, config.sft_max_num_steps, root && stdout_is_terminal());
   std::string last_validation;  // the progress line's "val acc X @STEP"
   for (int64_t step = 0; step < config.sft_max_num_steps; ++step) {
     Timer t;
@@ -79,7 +89,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
       micro_batches.push_back(make_sft_batch(picks, tok.eos(), tok.pad()));
     }
     const double lr = schedule.lr_at(config.adam.lr, step);
-    const SftStepResult r = sft_step(model, optimizer, micro_batches, lr);
+    const SftStepResult r = sft_step(model, optimizer, micro_batches, lr, comm);
     skipped += r.skipped;
     const double seconds = t.seconds();
     nlohmann::ordered_json line = {{"step", step + 1}, {"loss", r.loss},  {"grad_norm", r.grad_norm},
@@ -89,12 +99,12 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     if (config.sft_val_period > 0 && (step + 1) % config.sft_val_period == 0 && !last) {
       line["val_accuracy"] = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
     }
-    metrics << line.dump() << "\n" << std::flush;
+    if (root) metrics << line.dump() << "\n" << std::flush;
     if (tensorboard) {
       tensorboard->add_scalars(step + 1, unix_time_seconds(), metrics_line_scalars(line, "sft/"));
       tensorboard->flush();
     }
-    if (r.skipped) {
+    if (r.skipped && root) {
       progress.end_line();
       fmt::print(stderr, "sft: warning: step {} skipped (non-finite loss or gradient)\n", step + 1);
     }
@@ -103,7 +113,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     if (progress.enabled()) {
       progress.update(step + 1, fmt::format("loss {:.4f}{}  lr {:.2e}  {:.0f} tok/s", r.loss, last_validation, lr,
                                             r.tokens / seconds));
-    } else if ((step + 1) % 10 == 0 || step == 0 || last || line.contains("val_accuracy")) {
+    } else if (root && ((step + 1) % 10 == 0 || step == 0) || last || line.contains("val_accuracy")) {
       fmt::print("sft step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad {:.3f}  {:.0f} tok/s{}\n", step + 1,
                  config.sft_max_num_steps, r.loss, lr, r.grad_norm, r.tokens / seconds,
                  line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");
@@ -113,10 +123,14 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   progress.end_line();
   result.val_accuracy_after = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
   result.checkpoint = run_dir / "checkpoint";
-  save_checkpoint(result.checkpoint, model, &optimizer, {{"sft_steps", config.sft_max_num_steps}},
-                  config.model_dir().value_or(""));
-  export_job_model(config, model);
-  fmt::print("sft: done in {:.1f} s ({} skipped steps); validation accuracy {:.3f} -> {:.3f}; checkpoint {}\n",
+  if (root) {
+    save_checkpoint(result.checkpoint, model, &optimizer, {{"sft_steps", config.sft_max_num_steps}},
+                    config.model_dir().value_or(""));
+    export_job_model(config, model);
+  }
+  comm.barrier();  // the checkpoint is whole before any rank reports success
+  if (root)
+    fmt::print("sft: done in {:.1f} s ({} skipped steps); validation accuracy {:.3f} -> {:.3f}; checkpoint {}\n",
              total.seconds(), skipped, result.val_accuracy_before, result.val_accuracy_after, result.checkpoint.string());
   return result;
 }

@@ -1,0 +1,105 @@
+// The communicator over MPI. A process joins MPI only when an MPI launcher started it (its
+// environment says so); started any other way it is a world of one and never calls MPI, so the
+// MPI build behaves exactly like the one without.
+#include <mpi.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "core/check.h"
+#include "rl/dist/communicator.h"
+
+namespace fp8rl::dist {
+namespace {
+
+bool joined = false;
+
+bool started_by_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
+    if (std::getenv(name) != nullptr) return true;
+  return false;
+}
+
+int as_count(int64_t n, const char* what) {
+  FP8RL_CHECK(n >= 0 && n <= INT_MAX, "{}: {} elements is more than one MPI call moves", what, n);
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+Communicator& world() {
+  static Communicator w;
+  return w;
+}
+
+void init_world(int* argc, char*** argv) {
+  if (joined || !started_by_mpi_launcher()) return;
+  int provided = 0;
+  // One thread calls MPI (the kernel pool's threads never do).
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  joined = true;
+  Communicator& w = world();
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &w.size_);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  MPI_Comm_size(local, &w.local_size_);
+  MPI_Comm_free(&local);
+}
+
+void finalize_world() {
+  if (!joined) return;
+  MPI_Finalize();
+  joined = false;
+}
+
+bool mpi_available() { return true; }
+
+std::vector<std::vector<std::byte>> Communicator::allgather(std::span<const std::byte> mine) const {
+  if (size_ == 1) return {std::vector<std::byte>(mine.begin(), mine.end())};
+  const int n = as_count(static_cast<int64_t>(mine.size()), "allgather");
+  std::vector<int> sizes(static_cast<size_t>(size_)), offsets(static_cast<size_t>(size_));
+  MPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  int64_t total = 0;
+  for (int q = 0; q < size_; ++q) {
+    offsets[static_cast<size_t>(q)] = as_count(total, "allgather");
+    total += sizes[static_cast<size_t>(q)];
+  }
+  std::vector<std::byte> all(static_cast<size_t>(total));
+  MPI_Allgatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, MPI_COMM_WORLD);
+  std::vector<std::vector<std::byte>> out(static_cast<size_t>(size_));
+  for (int q = 0; q < size_; ++q) {
+    const auto begin = all.begin() + offsets[static_cast<size_t>(q)];
+    out[static_cast<size_t>(q)].assign(begin, begin + sizes[static_cast<size_t>(q)]);
+  }
+  return out;
+}
+
+void Communicator::alltoall(const float* send, float* recv, int64_t count) const {
+  if (size_ == 1) {
+    std::copy(send, send + count, recv);
+    return;
+  }
+  MPI_Alltoall(send, as_count(count, "alltoall"), MPI_FLOAT, recv, as_count(count, "alltoall"), MPI_FLOAT,
+               MPI_COMM_WORLD);
+}
+
+void Communicator::allgather(const float* mine, float* all, int64_t count) const {
+  if (size_ == 1) {
+    std::copy(mine, mine + count, all);
+    return;
+  }
+  MPI_Allgather(mine, as_count(count, "allgather"), MPI_FLOAT, all, as_count(count, "allgather"), MPI_FLOAT,
+                MPI_COMM_WORLD);
+}
+
+void Communicator::barrier() const {
+  if (size_ > 1) MPI_Barrier(MPI_COMM_WORLD);
+}
+
+void Communicator::abort(int code) const {
+  if (size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+}  // namespace fp8rl::dist
