@@ -11,6 +11,7 @@ packages=(
   libdnnl-dev                           # oneDNN: the peer in kernel benchmarks
   ocl-icd-opencl-dev opencl-c-headers   # Debian's dnnl-config.cmake requires OpenCL to configure
   chromium                              # headless browser: the report test draws the page
+  libopenmpi-dev openmpi-bin           # data parallelism (optional at build time) and its tests
 )
 
 missing=()

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "rl/dist/data_parallel.h"
 
 namespace fp8rl {
 
@@ -48,7 +49,7 @@ void refit_generator_weights(const Transformer& trainer, GenerationEngine& gener
 }
 
 std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::vector<std::vector<int32_t>> sequences,
-                                                     int64_t max_batch, int32_t pad) {
+                                                     int64_t max_batch, int32_t pad, const dist::Communicator& comm) {
   FP8RL_CHECK(max_batch > 0, "KV calibration: batch size {} must be positive", max_batch);
   std::sort(sequences.begin(), sequences.end());
   sequences.erase(std::unique(sequences.begin(), sequences.end()), sequences.end());
@@ -61,7 +62,14 @@ std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::
     if (!s.empty() && !prefix_of_next) kept.push_back(s);
   }
   std::vector<Transformer::QkvAmax> amax(static_cast<size_t>(trainer.config().n_layers));
-  for (size_t b0 = 0; b0 < kept.size(); b0 += static_cast<size_t>(max_batch)) {
+  auto merge = [](float& m, std::vector<float>& heads, float am, const std::vector<float>& a_heads) {
+    m = std::max(m, am);
+    heads.resize(a_heads.size(), 0.0f);
+    for (size_t h = 0; h < a_heads.size(); ++h) heads[h] = std::max(heads[h], a_heads[h]);
+  };
+  for (size_t b0 = 0, batch_index = 0; b0 < kept.size(); b0 += static_cast<size_t>(max_batch), ++batch_index) {
+    // Batch i runs on rank i % N; a maximum is the same whatever the grouping.
+    if (static_cast<int64_t>(batch_index) % comm.size() != comm.rank()) continue;
     const size_t b1 = std::min(kept.size(), b0 + static_cast<size_t>(max_batch));
     int64_t T = 1;
     for (size_t i = b0; i < b1; ++i) T = std::max<int64_t>(T, static_cast<int64_t>(kept[i].size()));
@@ -72,16 +80,36 @@ std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::
     }
     const std::vector<Transformer::QkvAmax> a = trainer.qkv_amax(batch);
     for (size_t l = 0; l < amax.size(); ++l) {
-      auto merge = [](float& m, std::vector<float>& heads, float am, const std::vector<float>& a_heads) {
-        m = std::max(m, am);
-        heads.resize(a_heads.size(), 0.0f);
-        for (size_t h = 0; h < a_heads.size(); ++h) heads[h] = std::max(heads[h], a_heads[h]);
-      };
       merge(amax[l].q, amax[l].q_heads, a[l].q, a[l].q_heads);
       merge(amax[l].k, amax[l].k_heads, a[l].k, a[l].k_heads);
       merge(amax[l].v, amax[l].v_heads, a[l].v, a[l].v_heads);
     }
   }
+  if (comm.size() == 1 || kept.empty()) return amax;
+  // Every rank's maxima: per layer q, k, v and the per-head values (Hq, Hkv, Hkv of them).
+  const ModelConfig& c = trainer.config();
+  const size_t per_layer = 3 + static_cast<size_t>(c.n_heads + 2 * c.n_kv_heads);
+  std::vector<float> mine;
+  for (Transformer::QkvAmax& a : amax) {
+    a.q_heads.resize(static_cast<size_t>(c.n_heads), 0.0f);  // a rank with no batch has none yet
+    a.k_heads.resize(static_cast<size_t>(c.n_kv_heads), 0.0f);
+    a.v_heads.resize(static_cast<size_t>(c.n_kv_heads), 0.0f);
+    mine.insert(mine.end(), {a.q, a.k, a.v});
+    for (const std::vector<float>* h : {&a.q_heads, &a.k_heads, &a.v_heads}) mine.insert(mine.end(), h->begin(), h->end());
+  }
+  const std::vector<float> all = dist::allgather_values(comm, mine);
+  FP8RL_CHECK(all.size() == mine.size() * static_cast<size_t>(comm.size()), "KV calibration: {} values gathered, {} expected",
+              all.size(), mine.size() * static_cast<size_t>(comm.size()));
+  for (int q = 0; q < comm.size(); ++q)  // a maximum: the order and this rank's own values do not matter
+    for (size_t l = 0; l < amax.size(); ++l) {
+      const float* x = all.data() + static_cast<size_t>(q) * mine.size() + l * per_layer;
+      Transformer::QkvAmax& a = amax[l];
+      const std::vector<float> qh(x + 3, x + 3 + c.n_heads), kh(x + 3 + c.n_heads, x + 3 + c.n_heads + c.n_kv_heads),
+          vh(x + 3 + c.n_heads + c.n_kv_heads, x + per_layer);
+      merge(a.q, a.q_heads, x[0], qh);
+      merge(a.k, a.k_heads, x[1], kh);
+      merge(a.v, a.v_heads, x[2], vh);
+    }
   return amax;
 }
 

@@ -16,6 +16,7 @@
 
 #include "generation/engine.h"
 #include "model/transformer.h"
+#include "rl/dist/communicator.h"
 
 namespace fp8rl {
 
@@ -31,8 +32,10 @@ void refit_generator_weights(const Transformer& trainer, GenerationEngine& gener
 // Transformer::qkv_amax over batches of at most `max_batch` sequences. Each distinct sequence is
 // calibrated once (and none that is a prefix of another: its rows are the other's first rows);
 // sorting them puts duplicates and shared prompts in the same batch, where they are computed once.
+// Under a communicator of several ranks, batch i runs on rank i % N and the maxima are gathered.
 std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::vector<std::vector<int32_t>> sequences,
-                                                     int64_t max_batch, int32_t pad);
+                                                     int64_t max_batch, int32_t pad,
+                                                     const dist::Communicator& comm = dist::world());
 
 // How many Q/K/V scales the FP8 KV cache gets (generation.kv_scale_granularity).
 enum class KvScaleGranularity : uint8_t {
