@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "core/check.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -27,6 +31,9 @@ void save_checkpoint(const fs::path& dir, const Transformer& model, const AdamW*
       weights.add(p.name, TensorView::contiguous(const_cast<float*>(model.params()) + p.offset, DType::kF32, p.shape));
     weights.write(tmp / "model.safetensors");
     if (optimizer != nullptr) {
+      FP8RL_CHECK(optimizer->begin() == 0 && optimizer->end() == model.num_params(),
+                  "save_checkpoint: the optimizer holds a shard [{}, {}) of {} parameters, not all of them",
+                  optimizer->begin(), optimizer->end(), model.num_params());
       SafetensorsWriter state;
       auto& opt = const_cast<AdamW&>(*optimizer);
       for (const ParamInfo& p : model.layout().tensors()) {
@@ -45,11 +52,22 @@ void load_optimizer_state(const fs::path& dir, AdamW& optimizer) {
   FP8RL_CHECK(fs::exists(path), "checkpoint '{}' has no optimizer state (optimizer.safetensors)", dir.string());
   const SafetensorsFile file = SafetensorsFile::open(path);
   FP8RL_CHECK(file.metadata().count("step") == 1, "safetensors file '{}': metadata 'step' missing", path.string());
+  // A shard's optimizer (rl/dist) keeps the part of each tensor inside its range.
+  const int64_t begin = optimizer.begin(), end = optimizer.end();
+  std::vector<float> whole;
   for (const ParamInfo& p : optimizer.tensors()) {
-    file.read_into("exp_avg." + p.name,
-                   TensorView::contiguous(optimizer.first_moment().data() + p.offset, DType::kF32, p.shape));
-    file.read_into("exp_avg_sq." + p.name,
-                   TensorView::contiguous(optimizer.second_moment().data() + p.offset, DType::kF32, p.shape));
+    const int64_t n = p.shape.numel(), b = std::max(begin, p.offset), e = std::min(end, p.offset + n);
+    if (b >= e) continue;
+    for (const auto& [prefix, moment] : {std::pair{"exp_avg.", &optimizer.first_moment()},
+                                         std::pair{"exp_avg_sq.", &optimizer.second_moment()}}) {
+      if (b == p.offset && e == p.offset + n) {  // the whole tensor: straight into place
+        file.read_into(prefix + p.name, TensorView::contiguous(moment->data() + (p.offset - begin), DType::kF32, p.shape));
+        continue;
+      }
+      whole.resize(static_cast<size_t>(n));
+      file.read_into(prefix + p.name, TensorView::contiguous(whole.data(), DType::kF32, p.shape));
+      std::copy(whole.begin() + (b - p.offset), whole.begin() + (e - p.offset), moment->data() + (b - begin));
+    }
   }
   optimizer.set_steps_taken(std::stoll(file.metadata().at("step")));
 }

@@ -24,7 +24,7 @@ namespace {
 
 // Elements per task of the optimizer's loops: fixed, so the sums below (per chunk, then over the
 // chunks in order) and every update are the same for any thread count.
-constexpr int64_t kChunk = int64_t{1} << 16;
+constexpr int64_t kChunk = kAdamWChunk;
 
 int64_t chunks_of(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
@@ -44,30 +44,39 @@ void adamw_update(float* __restrict p, const float* __restrict g, float* __restr
 
 }  // namespace
 
-double global_grad_norm(const float* grads, int64_t n) {
-  std::vector<double> partial(static_cast<size_t>(chunks_of(n)), 0.0);
-  parallel_for_ranges(n, kChunk, [&](int64_t begin, int64_t end) {
-    partial[static_cast<size_t>(begin / kChunk)] = sum_products_f64(grads + begin, grads + begin, nullptr, end - begin);
-  });
-  double sum = 0.0;
-  for (double p : partial) sum += p;
-  return std::sqrt(sum);
-}
-
-AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config)
+AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, ParamRange range)
     : tensors_(layout.tensors()),
       config_(config),
-      m_(static_cast<size_t>(layout.numel())),
-      v_(static_cast<size_t>(layout.numel())) {}
+      begin_(range.begin),
+      end_(range.end < 0 ? layout.numel() : range.end) {
+  FP8RL_CHECK(begin_ >= 0 && begin_ <= end_ && end_ <= layout.numel() && begin_ % kChunk == 0,
+              "AdamW: range [{}, {}) of {} parameters (it must start at a multiple of {})", begin_, end_,
+              layout.numel(), kChunk);
+  m_ = AlignedBuffer<float>(static_cast<size_t>(end_ - begin_));
+  v_ = AlignedBuffer<float>(static_cast<size_t>(end_ - begin_));
+}
+
+std::vector<double> AdamW::grad_square_sums(const float* grads) const {
+  std::vector<double> partial(static_cast<size_t>(chunks_of(end_ - begin_)), 0.0);
+  parallel_for_ranges(end_ - begin_, kChunk, [&](int64_t b, int64_t e) {
+    const float* g = grads + begin_ + b;
+    partial[static_cast<size_t>(b / kChunk)] = sum_products_f64(g, g, nullptr, e - b);
+  });
+  return partial;
+}
 
 double AdamW::step(float* params, float* grads, double lr) {
-  const int64_t n = static_cast<int64_t>(m_.size());
-  const double norm = global_grad_norm(grads, n);
+  double sum = 0.0;
+  for (double p : grad_square_sums(grads)) sum += p;
+  return step_with_norm(params, grads, lr, std::sqrt(sum));
+}
+
+double AdamW::step_with_norm(float* params, float* grads, double lr, double norm) {
   if (!std::isfinite(norm)) return norm;
   if (config_.max_grad_norm > 0 && norm > config_.max_grad_norm) {
     const float scale = static_cast<float>(config_.max_grad_norm / norm);
-    parallel_for_ranges(n, kChunk, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) grads[i] *= scale;
+    parallel_for_ranges(end_ - begin_, kChunk, [&](int64_t b, int64_t e) {
+      for (int64_t i = begin_ + b; i < begin_ + e; ++i) grads[i] *= scale;
     });
   }
   ++step_;
@@ -77,15 +86,18 @@ double AdamW::step(float* params, float* grads, double lr) {
   const float step_size = static_cast<float>(lr / bias1);
   const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
   const float eps = static_cast<float>(config_.eps);
-  // One task per chunk of one tensor (every element's update is independent of the others).
+  // One task per chunk of one tensor, within the range (every element's update is independent
+  // of the others).
   std::vector<std::pair<const ParamInfo*, int64_t>> tasks;
   for (const ParamInfo& t : tensors_)
     for (int64_t c = 0; c < chunks_of(t.shape.numel()); ++c) tasks.emplace_back(&t, c);
   kernel_thread_pool().parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t task) {
     const auto [t, c] = tasks[static_cast<size_t>(task)];
     const float decay = t->decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
-    const int64_t begin = t->offset + c * kChunk, end = t->offset + std::min(t->shape.numel(), (c + 1) * kChunk);
-    adamw_update(params + begin, grads + begin, m_.data() + begin, v_.data() + begin, end - begin,
+    const int64_t begin = std::max(begin_, t->offset + c * kChunk);
+    const int64_t end = std::min(end_, t->offset + std::min(t->shape.numel(), (c + 1) * kChunk));
+    if (begin >= end) return;
+    adamw_update(params + begin, grads + begin, m_.data() + (begin - begin_), v_.data() + (begin - begin_), end - begin,
                  {b1, b2, step_size, inv_sqrt_bias2, eps, decay});
   });
   return norm;

@@ -30,12 +30,16 @@ struct LrSchedule {
   double lr_at(double lr, int64_t step) const;
 };
 
-// sqrt(sum g^2) over all gradients, accumulated in double (NaN/Inf propagate).
-double global_grad_norm(const float* grads, int64_t n);
+// The elements [begin, end) of the flat parameter array an optimizer updates: all of them, or a
+// data-parallel rank's shard (rl/dist). A shard starts at a multiple of kAdamWChunk.
+struct ParamRange {
+  int64_t begin = 0, end = -1;  // end -1: to the last element
+};
+inline constexpr int64_t kAdamWChunk = int64_t{1} << 16;
 
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, const AdamWConfig& config);
+  AdamW(const ParamLayout& layout, const AdamWConfig& config, ParamRange range = {});
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return step_; }
 
@@ -44,8 +48,16 @@ class AdamW {
   // pre-clip global norm. A non-finite norm changes nothing and is returned as is, so the caller
   // can count and report the skipped step.
   double step(float* params, float* grads, double lr);
+  // step() in two halves, for a shard: the sums of squares of the gradient over the kAdamWChunk
+  // chunks of the range, in order (the global norm is the square root of all chunks' sums added
+  // in order); then the update of the range given that norm (clipping included).
+  std::vector<double> grad_square_sums(const float* grads) const;
+  double step_with_norm(float* params, float* grads, double lr, double norm);
+  // The elements this optimizer updates, and whose moments it holds.
+  int64_t begin() const { return begin_; }
+  int64_t end() const { return end_; }
 
-  // The moments, for checkpoints ([numel] each, same layout as the parameters).
+  // The moments, for checkpoints ([end - begin] each: element i of the parameters at i - begin).
   AlignedBuffer<float>& first_moment() { return m_; }
   AlignedBuffer<float>& second_moment() { return v_; }
   void set_steps_taken(int64_t step) { step_ = step; }
@@ -54,6 +66,7 @@ class AdamW {
  private:
   std::vector<ParamInfo> tensors_;
   AdamWConfig config_;
+  int64_t begin_ = 0, end_ = 0;
   AlignedBuffer<float> m_, v_;
   int64_t step_ = 0;
 };

@@ -11,6 +11,7 @@
 #include "core/memory.h"
 #include "core/progress.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
 #include "io/tfevents.h"
@@ -149,7 +150,8 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   // forward reads, no masters, no gradients), taken before a resume loads the checkpoint.
   std::optional<Transformer> reference;
   if (use_reference) reference.emplace(policy.frozen_copy());
-  AdamW optimizer(policy.layout(), config.adam);
+  // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
+  AdamW optimizer(policy.layout(), config.adam, dist::optimizer_range(policy.num_params(), comm.rank(), comm.size()));
   LrSchedule schedule = config.schedule;
   if (schedule.total_steps == 0) schedule.total_steps = config.grpo_max_num_steps * (rollouts / global);
   GenerationEngine generator(policy.config(), config.generator_policy(), config.engine_options());
@@ -251,7 +253,8 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
                "{} prompts x {} samples per step{}; validation accuracy at start {:.3f}\n",
                policy.num_params(), config.precision, config.generation_precision, config.kv_cache_dtype,
                generator.kv_cache().capacity_tokens(), generator.kv_cache().storage_bytes() >> 20, P, G,
-               comm.size() > 1 ? fmt::format(" on {} processes", comm.size()) : "", result.val_accuracy_before);
+               comm.size() > 1 ? fmt::format(" on {} processes x {} threads", comm.size(), kernel_thread_pool().size()) : "",
+               result.val_accuracy_before);
     std::fflush(stdout);
   }
 
@@ -371,7 +374,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       for (const std::vector<std::byte>& bytes : acc.outputs) sums.merge(dist::from_bytes<GrpoMetricSums>(bytes));
       t_communication += acc.communication_seconds;
       lr = schedule.lr_at(config.adam.lr, optimizer.steps_taken() + skipped_total + skipped);
-      grad_norm = optimizer.step(policy.params(), policy.grads(), lr);
+      grad_norm = dist::optimizer_step(comm, optimizer, policy, lr, &t_communication);
       if (!std::isfinite(grad_norm)) {
         ++skipped;
         progress.end_line();
@@ -480,8 +483,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     if ((config.save_period > 0 && (step + 1) % config.save_period == 0) || last || stopping) {
       nlohmann::json state = {{"step", step + 1}};
       if (fp8_kv) state["kv_scales"] = scales_to_json(kv_scales);
-      if (root) save_checkpoint(ckpt_dir, policy, &optimizer, state, config.model_dir().value_or(""));
-      comm.barrier();  // the checkpoint is whole before any rank goes on
+      dist::save_checkpoint(comm, ckpt_dir, policy, optimizer, state, config.model_dir().value_or(""));
     }
     ++result.steps;
     if (stopping) {

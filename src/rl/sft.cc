@@ -62,7 +62,7 @@ SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<T
     r.grad_norm = r.loss;
     return r;
   }
-  r.grad_norm = optimizer.step(model.params(), model.grads(), lr);
+  r.grad_norm = dist::optimizer_step(comm, optimizer, model, lr);
   r.skipped = !std::isfinite(r.grad_norm);
   if (!r.skipped) model.refresh_weights();
   return r;

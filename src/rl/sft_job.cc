@@ -8,11 +8,12 @@
 #include "core/check.h"
 #include "core/progress.h"
 #include "core/rng.h"
+#include "core/thread_pool.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
 #include "io/tfevents.h"
 #include "model/checkpoint.h"
-#include "rl/dist/communicator.h"
+#include "rl/dist/data_parallel.h"
 #include "rl/evaluate.h"
 #include "rl/sft.h"
 #include "rl/model_source.h"
@@ -45,11 +46,12 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
                 "training example {} needs {} tokens (prompt, answer, end), more than the model's max_seq_len {}", i, n,
                 model.config().max_seq_len);
   }
-  AdamW optimizer(model.layout(), config.adam);
+  const dist::Communicator& comm = dist::world();
+  // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
+  AdamW optimizer(model.layout(), config.adam, dist::optimizer_range(model.num_params(), comm.rank(), comm.size()));
 
   // Under MPI every rank runs its share of each step's micro-batches (sft_step); rank 0 alone
   // writes the run directory and prints.
-  const dist::Communicator& comm = dist::world();
   const bool root = comm.is_root();
   const fs::path run_dir = config.log_dir;
   std::ofstream metrics;
@@ -69,7 +71,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     fmt::print("sft: {} parameters, precision {}, validation accuracy before: {:.3f} ({} examples){}\n",
                model.num_params(), config.precision, result.val_accuracy_before,
                std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(task->validation().size())),
-               comm.size() > 1 ? fmt::format("; {} processes", comm.size()) : "");
+               comm.size() > 1 ? fmt::format("; {} processes x {} threads", comm.size(), kernel_thread_pool().size()) : "");
 
   LrSchedule schedule = config.schedule;
   if (schedule.total_steps == 0) schedule.total_steps = config.sft_max_num_steps;
@@ -123,12 +125,10 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   progress.end_line();
   result.val_accuracy_after = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
   result.checkpoint = run_dir / "checkpoint";
-  if (root) {
-    save_checkpoint(result.checkpoint, model, &optimizer, {{"sft_steps", config.sft_max_num_steps}},
-                    config.model_dir().value_or(""));
-    export_job_model(config, model);
-  }
-  comm.barrier();  // the checkpoint is whole before any rank reports success
+  dist::save_checkpoint(comm, result.checkpoint, model, optimizer, {{"sft_steps", config.sft_max_num_steps}},
+                        config.model_dir().value_or(""));
+  if (root) export_job_model(config, model);
+  comm.barrier();
   if (root)
     fmt::print("sft: done in {:.1f} s ({} skipped steps); validation accuracy {:.3f} -> {:.3f}; checkpoint {}\n",
              total.seconds(), skipped, result.val_accuracy_before, result.val_accuracy_after, result.checkpoint.string());

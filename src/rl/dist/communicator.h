@@ -25,11 +25,14 @@ class Communicator {
 
   // Every rank's bytes, in rank order (sizes may differ).
   std::vector<std::vector<std::byte>> allgather(std::span<const std::byte> mine) const;
-  // send holds size() blocks of `count` floats, block q for rank q; recv receives block
-  // rank() of every rank, in rank order.
-  void alltoall(const float* send, float* recv, int64_t count) const;
-  // all[q * count ...] = rank q's `count` floats.
-  void allgather(const float* mine, float* all, int64_t count) const;
+  // Variable blocks: rank q sends send[send_offsets[q] .. + send_counts[q]) to rank q and
+  // receives rank q's block into recv[recv_offsets[q] .. + recv_counts[q]).
+  void alltoallv(const float* send, const int64_t* send_counts, const int64_t* send_offsets, float* recv,
+                 const int64_t* recv_counts, const int64_t* recv_offsets) const;
+  // In place: rank q's block data[offsets[q] .. + counts[q]) reaches every rank.
+  void allgatherv_in_place(float* data, const int64_t* counts, const int64_t* offsets) const;
+  // Rank q's block mine[0 .. counts[q]) into all[offsets[q] ..] on rank 0 (`all` unused elsewhere).
+  void gather_to_root(const float* mine, float* all, const int64_t* counts, const int64_t* offsets) const;
   void barrier() const;
   // Ends every process of the job with `code` (after an error on one rank).
   [[noreturn]] void abort(int code) const;

@@ -17,10 +17,14 @@ bool mpi_available() { return false; }
 std::vector<std::vector<std::byte>> Communicator::allgather(std::span<const std::byte> mine) const {
   return {std::vector<std::byte>(mine.begin(), mine.end())};
 }
-void Communicator::alltoall(const float* send, float* recv, int64_t count) const {
-  std::copy(send, send + count, recv);
+void Communicator::alltoallv(const float* send, const int64_t* send_counts, const int64_t* send_offsets, float* recv,
+                             const int64_t*, const int64_t* recv_offsets) const {
+  std::copy(send + send_offsets[0], send + send_offsets[0] + send_counts[0], recv + recv_offsets[0]);
 }
-void Communicator::allgather(const float* mine, float* all, int64_t count) const { std::copy(mine, mine + count, all); }
+void Communicator::allgatherv_in_place(float*, const int64_t*, const int64_t*) const {}
+void Communicator::gather_to_root(const float* mine, float* all, const int64_t* counts, const int64_t* offsets) const {
+  std::copy(mine, mine + counts[0], all + offsets[0]);
+}
 void Communicator::barrier() const {}
 void Communicator::abort(int code) const { std::exit(code); }
 

@@ -25,6 +25,12 @@ int as_count(int64_t n, const char* what) {
   return static_cast<int>(n);
 }
 
+std::vector<int> counts_of(const int64_t* v, int n, const char* what) {
+  std::vector<int> out(static_cast<size_t>(n));
+  for (int q = 0; q < n; ++q) out[static_cast<size_t>(q)] = as_count(v[q], what);
+  return out;
+}
+
 }  // namespace
 
 Communicator& world() {
@@ -75,22 +81,22 @@ std::vector<std::vector<std::byte>> Communicator::allgather(std::span<const std:
   return out;
 }
 
-void Communicator::alltoall(const float* send, float* recv, int64_t count) const {
-  if (size_ == 1) {
-    std::copy(send, send + count, recv);
-    return;
-  }
-  MPI_Alltoall(send, as_count(count, "alltoall"), MPI_FLOAT, recv, as_count(count, "alltoall"), MPI_FLOAT,
-               MPI_COMM_WORLD);
+void Communicator::alltoallv(const float* send, const int64_t* send_counts, const int64_t* send_offsets, float* recv,
+                             const int64_t* recv_counts, const int64_t* recv_offsets) const {
+  const std::vector<int> sc = counts_of(send_counts, size_, "alltoallv"), so = counts_of(send_offsets, size_, "alltoallv"),
+                         rc = counts_of(recv_counts, size_, "alltoallv"), ro = counts_of(recv_offsets, size_, "alltoallv");
+  MPI_Alltoallv(send, sc.data(), so.data(), MPI_FLOAT, recv, rc.data(), ro.data(), MPI_FLOAT, MPI_COMM_WORLD);
 }
 
-void Communicator::allgather(const float* mine, float* all, int64_t count) const {
-  if (size_ == 1) {
-    std::copy(mine, mine + count, all);
-    return;
-  }
-  MPI_Allgather(mine, as_count(count, "allgather"), MPI_FLOAT, all, as_count(count, "allgather"), MPI_FLOAT,
-                MPI_COMM_WORLD);
+void Communicator::allgatherv_in_place(float* data, const int64_t* counts, const int64_t* offsets) const {
+  if (size_ == 1) return;
+  const std::vector<int> c = counts_of(counts, size_, "allgatherv"), o = counts_of(offsets, size_, "allgatherv");
+  MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, c.data(), o.data(), MPI_FLOAT, MPI_COMM_WORLD);
+}
+
+void Communicator::gather_to_root(const float* mine, float* all, const int64_t* counts, const int64_t* offsets) const {
+  const std::vector<int> c = counts_of(counts, size_, "gather"), o = counts_of(offsets, size_, "gather");
+  MPI_Gatherv(mine, c[static_cast<size_t>(rank_)], MPI_FLOAT, all, c.data(), o.data(), MPI_FLOAT, 0, MPI_COMM_WORLD);
 }
 
 void Communicator::barrier() const {

@@ -1,6 +1,8 @@
 #include "rl/dist/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 #include "core/aligned_buffer.h"
 #include "core/timer.h"
@@ -8,9 +10,9 @@
 namespace fp8rl::dist {
 namespace {
 
-// Floats per all-to-all: the gradient moves in chunks of about this many (16 MiB), each cut into
-// one equal shard per rank.
-constexpr int64_t kChunkFloats = int64_t{1} << 22;
+// Floats received per all-to-all (64 MiB): each rank's range of the gradient moves in pieces of
+// kExchangeFloats / N.
+constexpr int64_t kExchangeFloats = int64_t{1} << 24;
 
 // One rank's message of a round: its micro-batch's `run` bytes and embedding term.
 std::vector<std::byte> pack_round(const std::vector<std::byte>& output, const EmbeddingRowGrads& rows) {
@@ -58,6 +60,12 @@ void add_rows_in_range(const EmbeddingRowGrads& rows, int64_t embed, int64_t C, 
 
 }  // namespace
 
+ParamRange optimizer_range(int64_t numel, int rank, int size) {
+  const int64_t chunks = (numel + kAdamWChunk - 1) / kAdamWChunk;
+  const int64_t c0 = chunks * rank / size, c1 = chunks * (rank + 1) / size;
+  return {std::min(numel, c0 * kAdamWChunk), std::min(numel, c1 * kAdamWChunk)};
+}
+
 AccumulateResult accumulate_gradients(const Communicator& comm, Transformer& model, int64_t count,
                                       const std::function<std::vector<std::byte>(int64_t, EmbeddingRowGrads*)>& run) {
   AccumulateResult result;
@@ -69,9 +77,20 @@ AccumulateResult accumulate_gradients(const Communicator& comm, Transformer& mod
   }
   const int N = comm.size(), rank = comm.rank();
   const int64_t numel = model.num_params(), C = model.config().d_model;
-  const int64_t shard = (kChunkFloats + N - 1) / N, chunk = shard * N, chunks = (numel + chunk - 1) / chunk;
-  AlignedBuffer<float> owned(static_cast<size_t>(chunks * shard));  // this rank's shard of every chunk, from zero
-  AlignedBuffer<float> recv(static_cast<size_t>(chunk)), padded(static_cast<size_t>(chunk));
+  std::vector<ParamRange> ranges;
+  int64_t longest = 0;
+  for (int q = 0; q < N; ++q) {
+    ranges.push_back(optimizer_range(numel, q, N));
+    longest = std::max(longest, ranges.back().end - ranges.back().begin);
+  }
+  const int64_t lo = ranges[static_cast<size_t>(rank)].begin, hi = ranges[static_cast<size_t>(rank)].end;
+  // Each rank's range moves in pieces of at most `piece` floats, one all-to-all per piece.
+  const int64_t piece = std::max<int64_t>(kAdamWChunk, kExchangeFloats / N);
+  const int64_t pieces = (longest + piece - 1) / piece;
+  AlignedBuffer<float> owned(static_cast<size_t>(hi - lo));  // this rank's range of the running sum, from zero
+  AlignedBuffer<float> recv(static_cast<size_t>(piece * N));
+  std::vector<int64_t> send_counts(static_cast<size_t>(N)), send_offsets(static_cast<size_t>(N));
+  std::vector<int64_t> recv_counts(static_cast<size_t>(N)), recv_offsets(static_cast<size_t>(N));
   const int64_t rounds = (count + N - 1) / N;
   Timer timer;
   for (int64_t j = 0; j < rounds; ++j) {
@@ -88,36 +107,81 @@ AccumulateResult accumulate_gradients(const Communicator& comm, Transformer& mod
                    &rows[static_cast<size_t>(q)]);
     const float* grads = model.grads();
     const int64_t embed = model.weight_grads().embed - grads;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t base = c * chunk, n = std::min(chunk, numel - base);
-      const float* send = grads + base;
-      if (n < chunk) {  // the last chunk, padded with zeros to N whole shards
-        std::copy(send, send + n, padded.data());
-        std::fill(padded.data() + n, padded.data() + chunk, 0.0f);
-        send = padded.data();
+    for (int64_t p = 0; p < pieces; ++p) {
+      for (int q = 0; q < N; ++q) {  // piece p of rank q's range goes to rank q
+        const ParamRange& r = ranges[static_cast<size_t>(q)];
+        const int64_t b = std::min(r.end, r.begin + p * piece);
+        send_offsets[static_cast<size_t>(q)] = b;
+        send_counts[static_cast<size_t>(q)] = std::min(r.end, b + piece) - b;
       }
-      comm.alltoall(send, recv.data(), shard);
-      const int64_t lo = base + rank * shard, hi = std::min(lo + shard, numel);
-      float* own = owned.data() + c * shard;
+      const int64_t b = std::min(hi, lo + p * piece), n = std::min(hi, b + piece) - b;
+      for (int q = 0; q < N; ++q) {
+        recv_offsets[static_cast<size_t>(q)] = q * piece;
+        recv_counts[static_cast<size_t>(q)] = n;
+      }
+      comm.alltoallv(grads, send_counts.data(), send_offsets.data(), recv.data(), recv_counts.data(), recv_offsets.data());
+      float* own = owned.data() + (b - lo);
       for (int q = 0; q < N && j * N + q < count; ++q) {  // one process's additions, in its order
-        const float* term = recv.data() + q * shard;
-        for (int64_t i = 0; i < hi - lo; ++i) own[i] += term[i];
-        if (lo < hi) add_rows_in_range(rows[static_cast<size_t>(q)], embed, C, lo, hi, own);
+        const float* term = recv.data() + q * piece;
+        for (int64_t i = 0; i < n; ++i) own[i] += term[i];
+        if (n > 0) add_rows_in_range(rows[static_cast<size_t>(q)], embed, C, b, b + n, own);
       }
     }
     result.communication_seconds += timer.seconds();
   }
-  // Every rank's shards, into every rank's gradient.
-  timer.reset();
-  float* grads = model.grads();
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t base = c * chunk, n = std::min(chunk, numel - base);
-    float* dst = n < chunk ? padded.data() : grads + base;
-    comm.allgather(owned.data() + c * shard, dst, shard);
-    if (n < chunk) std::copy(padded.data(), padded.data() + n, grads + base);
-  }
-  result.communication_seconds += timer.seconds();
+  std::copy(owned.data(), owned.data() + (hi - lo), model.grads() + lo);
   return result;
+}
+
+double optimizer_step(const Communicator& comm, AdamW& optimizer, Transformer& model, double lr, double* seconds) {
+  if (comm.size() == 1) return optimizer.step(model.params(), model.grads(), lr);
+  Timer timer;
+  // The global norm: every shard's per-chunk sums of squares, added in chunk (= rank) order.
+  double sum = 0.0;
+  for (double s : allgather_values(comm, optimizer.grad_square_sums(model.grads()))) sum += s;
+  double waited = timer.seconds();
+  const double norm = optimizer.step_with_norm(model.params(), model.grads(), lr, std::sqrt(sum));
+  if (std::isfinite(norm)) {  // every rank's updated range of the masters, to every rank
+    timer.reset();
+    std::vector<int64_t> counts, offsets;
+    for (int q = 0; q < comm.size(); ++q) {
+      const ParamRange r = optimizer_range(model.num_params(), q, comm.size());
+      offsets.push_back(r.begin);
+      counts.push_back(r.end - r.begin);
+    }
+    comm.allgatherv_in_place(model.params(), counts.data(), offsets.data());
+    waited += timer.seconds();
+  }
+  if (seconds != nullptr) *seconds += waited;
+  return norm;
+}
+
+void save_checkpoint(const Communicator& comm, const std::filesystem::path& dir, const Transformer& model,
+                     const AdamW& optimizer, const nlohmann::json& trainer_state,
+                     const std::filesystem::path& model_source) {
+  if (comm.size() == 1) {
+    fp8rl::save_checkpoint(dir, model, &optimizer, trainer_state, model_source);
+    return;
+  }
+  // Rank 0 gathers every shard's moments into a whole optimizer for the file, writes, frees it.
+  std::vector<int64_t> counts, offsets;
+  for (int q = 0; q < comm.size(); ++q) {
+    const ParamRange r = optimizer_range(model.num_params(), q, comm.size());
+    offsets.push_back(r.begin);
+    counts.push_back(r.end - r.begin);
+  }
+  std::optional<AdamW> whole;
+  if (comm.is_root()) {
+    whole.emplace(model.layout(), optimizer.config());
+    whole->set_steps_taken(optimizer.steps_taken());
+  }
+  auto& mine = const_cast<AdamW&>(optimizer);
+  comm.gather_to_root(mine.first_moment().data(), whole ? whole->first_moment().data() : nullptr, counts.data(),
+                      offsets.data());
+  comm.gather_to_root(mine.second_moment().data(), whole ? whole->second_moment().data() : nullptr, counts.data(),
+                      offsets.data());
+  if (comm.is_root()) fp8rl::save_checkpoint(dir, model, &*whole, trainer_state, model_source);
+  comm.barrier();  // the checkpoint is whole before any rank goes on
 }
 
 std::vector<GeneratedSequence> allgather_sequences(const Communicator& comm, std::vector<GeneratedSequence> mine) {

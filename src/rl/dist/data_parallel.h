@@ -7,21 +7,28 @@
 // micro-batch k runs on rank k % N, so in round j the ranks hold micro-batches jN .. jN + N - 1,
 // consecutive in that order. Each round, every rank computes its micro-batch's terms (into
 // zeroed gradients; its embedding term kept apart), the dense terms are exchanged so that rank r
-// receives shard r of every rank's (an all-to-all), and rank r folds, for q = 0 .. N - 1, rank
-// q's dense term and then its embedding rows into its shard of the running sum: the additions
-// one process makes, in its order. After the last round the shards are all-gathered. No
-// addition happens inside MPI, so neither N nor the MPI library's algorithms change a bit.
+// receives its range of every rank's (an all-to-all), and rank r folds, for q = 0 .. N - 1,
+// rank q's dense term and then its embedding rows into its range of the running sum: the
+// additions one process makes, in its order. No addition happens inside MPI, so neither N nor
+// the MPI library's algorithms change a bit.
+//
+// Rank r's range is also its optimizer shard (ZeRO stage 1): it keeps the AdamW moments of that
+// range only, updates that range of the FP32 masters, and the updated ranges are all-gathered,
+// so every rank ends the step with the same masters and re-quantizes its own weights from them.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <type_traits>
 #include <vector>
 
 #include "core/check.h"
 #include "generation/engine.h"
+#include "model/checkpoint.h"
+#include "model/optimizer.h"
 #include "model/transformer.h"
 #include "rl/dist/communicator.h"
 
@@ -33,13 +40,32 @@ struct AccumulateResult {
   double communication_seconds = 0;  // in collectives (waiting for slower ranks included)
 };
 
+// The elements of the flat parameter array rank `rank` of `size` reduces and updates: whole
+// kAdamWChunk chunks, contiguous, in rank order.
+ParamRange optimizer_range(int64_t numel, int rank, int size);
+
 // Runs micro-batches [0, count) of one optimizer step on the ranks of `comm` and leaves their
-// summed gradient in model.grads() on every rank. run(k, rows) runs the forward and
+// summed gradient in model.grads() over this rank's optimizer_range (alone: all of it; the rest
+// is scratch under several ranks). run(k, rows) runs the forward and
 // backward(dlogprobs, rows) of micro-batch k on this rank and returns what the other ranks need
 // of it (its metric sums, say). Alone (one rank), it is zero_grads() and run(k, nullptr) for
 // every k, in order.
 AccumulateResult accumulate_gradients(const Communicator& comm, Transformer& model, int64_t count,
                                       const std::function<std::vector<std::byte>(int64_t k, EmbeddingRowGrads* rows)>& run);
+
+// AdamW's step on the rank's shard (`optimizer` was made with this rank's optimizer_range, or
+// whole alone): the global norm from every shard's sums of squares in order, the update, then
+// the updated masters all-gathered. Returns the pre-clip norm (non-finite: nothing changed).
+// Adds the time spent in collectives to *seconds when given.
+double optimizer_step(const Communicator& comm, AdamW& optimizer, Transformer& model, double lr,
+                      double* seconds = nullptr);
+
+// The checkpoint of a data-parallel run, in the usual layout: rank 0 gathers the shards' moments
+// (for the time of the write it holds the whole optimizer state) and writes; every rank returns
+// once the checkpoint is whole. Alone, fp8rl::save_checkpoint.
+void save_checkpoint(const Communicator& comm, const std::filesystem::path& dir, const Transformer& model,
+                     const AdamW& optimizer, const nlohmann::json& trainer_state,
+                     const std::filesystem::path& model_source);
 
 // The micro-batches of `count` that rank `rank` of `size` runs: k with k % size == rank.
 inline bool runs_micro_batch(int64_t k, int rank, int size) { return k % size == rank; }
