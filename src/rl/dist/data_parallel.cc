@@ -10,9 +10,9 @@
 namespace fp8rl::dist {
 namespace {
 
-// Floats received per all-to-all (64 MiB): each rank's range of the gradient moves in pieces of
+// Floats received per all-to-all (16 MiB): each rank's range of the gradient moves in pieces of
 // kExchangeFloats / N.
-constexpr int64_t kExchangeFloats = int64_t{1} << 24;
+constexpr int64_t kExchangeFloats = int64_t{1} << 22;
 
 // One rank's message of a round: its micro-batch's `run` bytes and embedding term.
 std::vector<std::byte> pack_round(const std::vector<std::byte>& output, const EmbeddingRowGrads& rows) {
@@ -85,7 +85,7 @@ AccumulateResult accumulate_gradients(const Communicator& comm, Transformer& mod
   }
   const int64_t lo = ranges[static_cast<size_t>(rank)].begin, hi = ranges[static_cast<size_t>(rank)].end;
   // Each rank's range moves in pieces of at most `piece` floats, one all-to-all per piece.
-  const int64_t piece = std::max<int64_t>(kAdamWChunk, kExchangeFloats / N);
+  const int64_t piece = std::min(std::max<int64_t>(1, longest), std::max<int64_t>(kAdamWChunk, kExchangeFloats / N));
   const int64_t pieces = (longest + piece - 1) / piece;
   AlignedBuffer<float> owned(static_cast<size_t>(hi - lo));  // this rank's range of the running sum, from zero
   AlignedBuffer<float> recv(static_cast<size_t>(piece * N));
