@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data parallelism gives one process's bits: SFT and GRPO (bf16, fp8-e2e with an FP8 KV cache)
+# Data parallelism gives one process's bits: SFT and GRPO (bf16, fp8-e2e, fp8-e2e with an FP8 KV cache)
 # under `mpirun -np 1, 2, 4` write the same checkpoints, byte for byte, and the same metrics
 # (timings and memory aside); a killed rank ends the job with an error and `--resume` continues
 # to the uninterrupted run's checkpoint. Usage: data_parallel_test.sh FP8RL_BINARY SOURCE_DIR
@@ -55,7 +55,7 @@ for n in 1 2 4; do
 done
 echo "sft: N = 1, 2, 4 identical"
 
-for recipe in grpo-bf16 grpo-fp8-e2e-kv; do
+for recipe in grpo-bf16 grpo-fp8-e2e grpo-fp8-e2e-kv; do
   for n in 1 2 4; do
     run $n train "$src/recipes/$recipe.yaml" "${task[@]}" "${grpo[@]}" grpo.max_num_steps=3 \
       logger.log_dir="$work/$recipe-$n" > "$work/$recipe-$n.log"

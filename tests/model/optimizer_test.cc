@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -47,6 +48,35 @@ TEST(AdamW, ClipsToMaxNormAndSkipsNonFinite) {
   EXPECT_TRUE(std::isnan(opt.step(p.data(), g.data(), 1e-3)));
   EXPECT_EQ(p, before);
   EXPECT_EQ(opt.steps_taken(), 1);
+}
+
+// Two shards (a data-parallel run's ranges) give the whole optimizer's bits: the norm from the
+// shards' chunk sums added in order, each shard's update with its own moments.
+TEST(AdamW, ShardsTakeTheWholeStepsBits) {
+  ModelConfig c = model_preset("tiny", 512);
+  ParamLayout layout(c);
+  ASSERT_GT(layout.numel(), kAdamWChunk);
+  AdamWConfig cfg;
+  cfg.max_grad_norm = 0.5;  // clips: the norm must be exact
+  std::vector<float> whole_p(static_cast<size_t>(layout.numel())), g(whole_p.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    whole_p[i] = std::sin(0.37f * static_cast<float>(i));
+    g[i] = 0.01f * std::cos(1.3f * static_cast<float>(i));
+  }
+  std::vector<float> shard_p = whole_p, whole_g = g, shard_g = g;
+  AdamW whole(layout, cfg);
+  AdamW first(layout, cfg, {0, kAdamWChunk}), second(layout, cfg, {kAdamWChunk, layout.numel()});
+  for (int step = 0; step < 3; ++step) {
+    whole_g = g, shard_g = g;
+    const double norm = whole.step(whole_p.data(), whole_g.data(), 1e-2);
+    double sum = 0;
+    for (const AdamW* o : {&first, &second})
+      for (double x : o->grad_square_sums(shard_g.data())) sum += x;
+    EXPECT_EQ(norm, first.step_with_norm(shard_p.data(), shard_g.data(), 1e-2, std::sqrt(sum)));
+    second.step_with_norm(shard_p.data(), shard_g.data(), 1e-2, std::sqrt(sum));
+    ASSERT_EQ(0, std::memcmp(whole_p.data(), shard_p.data(), whole_p.size() * sizeof(float))) << "step " << step;
+  }
+  EXPECT_EQ(first.first_moment().size(), static_cast<size_t>(kAdamWChunk));
 }
 
 TEST(LrSchedule, WarmupConstantAndCosine) {

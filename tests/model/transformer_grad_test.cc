@@ -2,6 +2,7 @@
 // q/k-norm and tied embeddings; and the BF16 / FP8 modes stay close to FP32.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -180,6 +181,48 @@ TEST(Transformer, ForwardWithoutBackwardGivesTheSameLogprobs) {
       const std::string message = testing::error_message([&] { model.backward(coeff.data()); });
       EXPECT_NE(message.find("backward after a forward that did not save for backward"), std::string::npos) << message;
     }
+  }
+}
+
+// The gradient contract (transformer.h): two micro-batches' gradient is the fold, in order, of
+// each one's dense term (formed from zero) and embedding-row term, which is what the
+// data-parallel reduction adds on another process (rl/dist). Tied embeddings, repeated tokens.
+TEST(Transformer, MicroBatchGradientsAreAFoldOfTheirTerms) {
+  ModelConfig c = micro_config(true, true);
+  c.d_model = 128, c.d_ff = 256, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32;
+  const TokenBatch first = micro_batch();
+  const TokenBatch second = [] {
+    TokenBatch b = micro_batch();
+    b.tokens[1] = 7, b.tokens[4] = 1;  // other tokens, some shared with the first
+    return b;
+  }();
+  for (Precision linear : {Precision::kBF16, Precision::kFP8}) {
+    PrecisionPolicy policy;
+    policy.linear = linear;
+    Transformer model(c, policy);
+    model.init_random(3);
+    const int64_t N = 12, P = model.num_params();
+    std::vector<float> lp(static_cast<size_t>(N)), coeff(static_cast<size_t>(N));
+    for (int64_t n = 0; n < N; ++n) coeff[static_cast<size_t>(n)] = 0.1f * static_cast<float>(n % 5) - 0.2f;
+    model.zero_grads();
+    for (const TokenBatch* b : {&first, &second}) {
+      model.forward(*b, lp.data());
+      model.backward(coeff.data());
+    }
+    const std::vector<float> in_place(model.grads(), model.grads() + P);
+
+    std::vector<float> folded(static_cast<size_t>(P), 0.0f);
+    for (const TokenBatch* b : {&first, &second}) {
+      model.zero_grads();
+      model.forward(*b, lp.data());
+      EmbeddingRowGrads rows;
+      model.backward(coeff.data(), &rows);
+      for (int64_t i = 0; i < P; ++i) folded[static_cast<size_t>(i)] += model.grads()[i];  // the dense term
+      std::copy(folded.begin(), folded.end(), model.grads());
+      model.add_embedding_rows(rows);  // then the rows' term
+      std::copy(model.grads(), model.grads() + P, folded.begin());
+    }
+    EXPECT_EQ(0, std::memcmp(in_place.data(), folded.data(), in_place.size() * sizeof(float))) << precision_name(linear);
   }
 }
 
