@@ -1,5 +1,7 @@
 #include "rl/evaluate.h"
 
+#include <cstring>
+
 #include "core/check.h"
 
 namespace fp8rl {
@@ -50,20 +52,36 @@ std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std:
 }
 
 double greedy_validation_accuracy(Transformer& model, const Task& task, const Tokenizer& tokenizer,
-                                  int64_t max_examples, int64_t max_new_tokens, int64_t batch_size) {
+                                  int64_t max_examples, int64_t max_new_tokens, int64_t batch_size,
+                                  const dist::Communicator& comm) {
   const auto& val = task.validation();
   const int64_t n = std::min<int64_t>(max_examples, static_cast<int64_t>(val.size()));
   FP8RL_CHECK(n > 0, "task '{}' has no validation examples", task.name());
-  double total = 0;
-  for (int64_t i0 = 0; i0 < n; i0 += batch_size) {
+  const int64_t batches = (n + batch_size - 1) / batch_size;
+  std::vector<double> mine;  // this rank's batches' rewards, in order
+  for (int64_t b = comm.rank(); b < batches; b += comm.size()) {
+    const int64_t i0 = b * batch_size, i1 = std::min(n, i0 + batch_size);
     std::vector<std::vector<int32_t>> prompts;
-    for (int64_t i = i0; i < std::min(n, i0 + batch_size); ++i) {
-      prompts.push_back(tokenizer.encode_prompt(val[static_cast<size_t>(i)].prompt));
-    }
+    for (int64_t i = i0; i < i1; ++i) prompts.push_back(tokenizer.encode_prompt(val[static_cast<size_t>(i)].prompt));
     const auto out = greedy_continue(model, prompts, max_new_tokens, tokenizer.eos(), tokenizer.pad());
     for (size_t j = 0; j < out.size(); ++j)
-      total += task.reward(val[static_cast<size_t>(i0) + j], tokenizer.decode_response(out[j]));
+      mine.push_back(task.reward(val[static_cast<size_t>(i0) + j], tokenizer.decode_response(out[j])));
   }
+  // Every rank's rewards back in example order: rank q's batches are q, q + N, q + 2N, ...
+  const std::vector<std::vector<std::byte>> all =
+      comm.allgather({reinterpret_cast<const std::byte*>(mine.data()), mine.size() * sizeof(double)});
+  std::vector<double> rewards(static_cast<size_t>(n));
+  for (int q = 0; q < comm.size(); ++q) {
+    const std::vector<std::byte>& bytes = all[static_cast<size_t>(q)];
+    size_t k = 0;
+    for (int64_t b = q; b < batches; b += comm.size())
+      for (int64_t i = b * batch_size; i < std::min(n, (b + 1) * batch_size); ++i, ++k) {
+        FP8RL_CHECK((k + 1) * sizeof(double) <= bytes.size(), "validation: rank {} sent too few rewards", q);
+        std::memcpy(&rewards[static_cast<size_t>(i)], bytes.data() + k * sizeof(double), sizeof(double));
+      }
+  }
+  double total = 0;
+  for (double r : rewards) total += r;
   return total / static_cast<double>(n);
 }
 

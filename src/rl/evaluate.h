@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/transformer.h"
+#include "rl/dist/communicator.h"
 #include "tasks/tokenizer.h"
 #include "tasks/task.h"
 
@@ -18,8 +19,10 @@ std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std:
                                                   int64_t max_new_tokens, int32_t eos, int32_t pad);
 
 // Greedy accuracy (mean reward) on the first `max_examples` validation examples, in batches of
-// `batch_size` prompts.
+// `batch_size` prompts. Under a communicator of several ranks, batch i runs on rank i % N and the
+// rewards are gathered and summed in example order (the same value on every rank).
 double greedy_validation_accuracy(Transformer& model, const Task& task, const Tokenizer& tokenizer,
-                                  int64_t max_examples, int64_t max_new_tokens, int64_t batch_size = 64);
+                                  int64_t max_examples, int64_t max_new_tokens, int64_t batch_size = 64,
+                                  const dist::Communicator& comm = dist::world());
 
 }  // namespace fp8rl

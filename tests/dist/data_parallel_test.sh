@@ -21,8 +21,9 @@ mpi=(env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "${mpi[@]}
 task=(model.preset=tiny model.max_seq_len=16 task.arithmetic.min_operand_digits=1
       task.arithmetic.max_operand_digits=1 task.arithmetic.operators=+ task.arithmetic.val_size=40
       task.arithmetic.train_size=2000 eval.max_examples=40 generation.max_new_tokens=4)
-sft=(sft.max_num_steps=30 sft.val_period=0 policy.optimizer.lr=0.005 policy.train_global_batch_size=64
-     policy.train_micro_batch_size=16)
+# Validation every 10 steps over 150 examples: 3 greedy batches of 64, spread over the ranks.
+sft=(sft.max_num_steps=30 sft.val_period=10 task.arithmetic.max_operand_digits=2 task.arithmetic.val_size=150 eval.max_examples=150
+     policy.optimizer.lr=0.005 policy.train_global_batch_size=64 policy.train_micro_batch_size=16)
 # 3 micro-batches per optimizer step, 2 optimizer steps per GRPO step: ranks sit out some rounds.
 grpo=(model.checkpoint="$work/sft-1/checkpoint" grpo.num_prompts_per_step=6 grpo.num_generations_per_prompt=4
       policy.train_global_batch_size=12 policy.train_micro_batch_size=4 grpo.val_period=2)
