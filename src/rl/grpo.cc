@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
+#include "io/run_lock.h"
 #include "io/tfevents.h"
 #include "model/checkpoint.h"
 #include "rl/advantages.h"
@@ -184,6 +185,9 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
 
   // ---- run directory ---------------------------------------------------------------------------
   comm.barrier();  // every rank has checked the directory (and read the checkpoint) before rank 0 writes
+  // One job at a time in a run directory (a second train, or a --resume of a running run, stops here).
+  std::optional<RunDirectoryLock> lock;
+  if (root) lock.emplace(run_dir);
   std::ofstream metrics;
   std::optional<TfEventsWriter> tensorboard;  // a new event file per invocation (resumed runs too)
   if (root) {

@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
+#include "io/run_lock.h"
 #include "io/tfevents.h"
 #include "model/checkpoint.h"
 #include "rl/dist/data_parallel.h"
@@ -56,8 +57,9 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   const fs::path run_dir = config.log_dir;
   std::ofstream metrics;
   std::optional<TfEventsWriter> tensorboard;
+  std::optional<RunDirectoryLock> lock;  // one job at a time in a run directory
   if (root) {
-    fs::create_directories(run_dir);
+    lock.emplace(run_dir);
     remove_stale_temporaries(run_dir, "checkpoint");
     write_file_atomic(run_dir / "config.yaml", effective_yaml);
     metrics.open(run_dir / "sft_metrics.jsonl");
@@ -115,7 +117,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     if (progress.enabled()) {
       progress.update(step + 1, fmt::format("loss {:.4f}{}  lr {:.2e}  {:.0f} tok/s", r.loss, last_validation, lr,
                                             r.tokens / seconds));
-    } else if (root && ((step + 1) % 10 == 0 || step == 0) || last || line.contains("val_accuracy")) {
+    } else if (root && ((step + 1) % 10 == 0 || step == 0 || last || line.contains("val_accuracy"))) {
       fmt::print("sft step {:>5}/{}  loss {:.4f}  lr {:.2e}  grad {:.3f}  {:.0f} tok/s{}\n", step + 1,
                  config.sft_max_num_steps, r.loss, lr, r.grad_norm, r.tokens / seconds,
                  line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");

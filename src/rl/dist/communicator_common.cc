@@ -1,10 +1,10 @@
 // The parts of the communicator that do not depend on the transport.
+#include <fmt/format.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <thread>
 
-#include "fmt/format.h"
 #include "rl/dist/communicator.h"
 
 namespace fp8rl::dist {

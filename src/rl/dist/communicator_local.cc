@@ -1,5 +1,6 @@
 // The communicator of a build without MPI: always a world of one process.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "rl/dist/communicator.h"
@@ -10,7 +11,19 @@ Communicator& world() {
   static Communicator w;
   return w;
 }
-void init_world(int*, char***) {}
+void init_world(int*, char***) {
+  // Started by an MPI launcher as one of several processes: each would run the whole job alone.
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* size = std::getenv(name);
+    if (size != nullptr && std::atoi(size) > 1) {
+      std::fprintf(stderr,
+                   "fp8rl: error: started by mpirun as one of %s processes, but this build has no MPI support "
+                   "(install libopenmpi-dev, then rebuild: scripts/build.sh)\n",
+                   size);
+      std::exit(1);
+    }
+  }
+}
 void finalize_world() {}
 bool mpi_available() { return false; }
 
