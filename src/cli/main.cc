@@ -152,8 +152,8 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    FP8RL_CHECK(comm.size() == 1 || *train.app || *sft.app,
-                "only `train` and `sft` run on several processes; run this command without mpirun");
+    if (comm.size() > 1 && !*train.app && !*sft.app)
+      throw fp8rl::Error("only `train` and `sft` run on several processes; run this command without mpirun");
     fp8rl::ConfigSchema schema;
     fp8rl::RunConfig run;
     if (*generate) fp8rl::run_generate_job(gen);
