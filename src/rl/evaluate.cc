@@ -1,8 +1,7 @@
 #include "rl/evaluate.h"
 
-#include <cstring>
-
 #include "core/check.h"
+#include "rl/dist/data_parallel.h"
 
 namespace fp8rl {
 
@@ -68,18 +67,15 @@ double greedy_validation_accuracy(Transformer& model, const Task& task, const To
       mine.push_back(task.reward(val[static_cast<size_t>(i0) + j], tokenizer.decode_response(out[j])));
   }
   // Every rank's rewards back in example order: rank q's batches are q, q + N, q + 2N, ...
-  const std::vector<std::vector<std::byte>> all =
-      comm.allgather({reinterpret_cast<const std::byte*>(mine.data()), mine.size() * sizeof(double)});
+  const std::vector<double> gathered = dist::allgather_values(comm, mine);
   std::vector<double> rewards(static_cast<size_t>(n));
-  for (int q = 0; q < comm.size(); ++q) {
-    const std::vector<std::byte>& bytes = all[static_cast<size_t>(q)];
-    size_t k = 0;
+  size_t k = 0;
+  for (int q = 0; q < comm.size(); ++q)
     for (int64_t b = q; b < batches; b += comm.size())
-      for (int64_t i = b * batch_size; i < std::min(n, (b + 1) * batch_size); ++i, ++k) {
-        FP8RL_CHECK((k + 1) * sizeof(double) <= bytes.size(), "validation: rank {} sent too few rewards", q);
-        std::memcpy(&rewards[static_cast<size_t>(i)], bytes.data() + k * sizeof(double), sizeof(double));
+      for (int64_t i = b * batch_size; i < std::min(n, (b + 1) * batch_size); ++i) {
+        FP8RL_CHECK(k < gathered.size(), "validation: {} rewards gathered for {} examples", gathered.size(), n);
+        rewards[static_cast<size_t>(i)] = gathered[k++];
       }
-  }
   double total = 0;
   for (double r : rewards) total += r;
   return total / static_cast<double>(n);
