@@ -12,6 +12,7 @@ packages=(
   ocl-icd-opencl-dev opencl-c-headers   # Debian's dnnl-config.cmake requires OpenCL to configure
   chromium                              # headless browser: the report test draws the page
   libopenmpi-dev openmpi-bin           # data parallelism (optional at build time) and its tests
+  strace                                # the failure tests inject write errors (ENOSPC) with it
 )
 
 missing=()

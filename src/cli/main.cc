@@ -137,7 +137,9 @@ int main(int argc, char** argv) {
   bool export_pow2 = false;
   CLI::App* export_cmd = app.add_subcommand("export", "Write a checkpoint as a Hugging Face directory, in BF16 or FP8");
   export_cmd->add_option("from", export_from, "model directory (a checkpoint, or any HF directory fp8rl loads)")->required();
-  export_cmd->add_option("to", export_to, "directory to write (replaced if it exists)")->required();
+  export_cmd->add_option("to", export_to, "directory to write (a new or empty one; --force replaces one)")->required();
+  bool export_force = false;
+  export_cmd->add_flag("--force", export_force, "replace `to` if it exists and is not empty (never the source)");
   export_cmd->add_option("--format", export_format, "bf16, or fp8 (E4M3 weights, 128x128 weight_scale_inv)")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   export_cmd->add_option("--bf16-first-layers", export_policy.num_first_layers_in_bf16, "fp8: first layers kept in BF16");
@@ -172,7 +174,7 @@ int main(int argc, char** argv) {
       if (export_pow2) export_policy.weight_scale_format = fp8rl::ScaleFormat::kPow2;
       fp8rl::export_model_directory(export_from, export_to,
                                     export_format == "fp8" ? fp8rl::HfExportFormat::kFP8 : fp8rl::HfExportFormat::kBF16,
-                                    export_policy);
+                                    export_policy, export_force);
     }
     if (*demo) fp8rl::cli::run_demo(demo_elements);
     if (*bench && suite == "numerics") fp8rl::bench::run_numerics_bench(bench_options);

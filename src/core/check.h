@@ -1,10 +1,14 @@
-// Error checks that throw fp8rl::Error with `file:line in function: what failed, and the values`.
+// Checks that throw fp8rl::Error. Two kinds, by who can cause the failure:
 //
-//   FP8RL_CHECK(rows > 0, "tensor '{}' needs rows > 0, got {}", name, rows);
+//   FP8RL_REQUIRE(v > 0, "{}: key 'lr' must be > 0, got {}", file, v);  // bad input: the message
+//   FP8RL_CHECK(rows > 0, "tensor '{}' needs rows > 0, got {}", name, rows);  // a broken contract
 //   FP8RL_CHECK_EQ(a.cols, b.rows);   // message shows both expressions and both values
 //
-// Checks are always on (release builds too): they guard user input and API contracts, never
-// inner loops.
+// FP8RL_REQUIRE is for what a user can get wrong (a recipe, a file, a flag): its error is the
+// message alone, which says what is wrong in the user's words (the file, key or tensor, the value,
+// what is allowed). FP8RL_CHECK is for programming errors: its error starts with
+// `src/FILE.cc:LINE in FUNCTION: check failed: EXPR` so that a bug report points at the code.
+// Both are always on (release builds too) and never sit in inner loops.
 #pragma once
 
 #include <fmt/format.h>
@@ -25,6 +29,12 @@ class Error : public std::runtime_error {
                              std::string_view message);
 
 }  // namespace fp8rl
+
+#define FP8RL_REQUIRE(cond, ...)                                                                    \
+  do {                                                                                              \
+    if (!(cond)) [[unlikely]]                                                                       \
+      throw ::fp8rl::Error(::fmt::format(__VA_ARGS__));                                             \
+  } while (0)
 
 #define FP8RL_CHECK(cond, ...)                                                                      \
   do {                                                                                              \

@@ -22,4 +22,21 @@ int64_t current_rss_bytes() {
   return read == 2 ? static_cast<int64_t>(pages_resident) * sysconf(_SC_PAGESIZE) : 0;
 }
 
+int64_t available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  int64_t total_kib = 0;
+  int found = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    long long kib = 0;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1 || std::sscanf(line, "SwapFree: %lld kB", &kib) == 1) {
+      total_kib += kib;
+      ++found;
+    }
+  }
+  std::fclose(f);
+  return found > 0 ? total_kib * 1024 : 0;
+}
+
 }  // namespace fp8rl

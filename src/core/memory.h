@@ -10,6 +10,9 @@ namespace fp8rl {
 int64_t peak_rss_bytes();
 // Resident set size now (/proc/self/statm), in bytes; 0 where it cannot be read.
 int64_t current_rss_bytes();
+// Memory the machine can still give a process (/proc/meminfo MemAvailable + SwapFree), in bytes;
+// 0 where it cannot be read.
+int64_t available_memory_bytes();
 // Bytes as GiB, for reports.
 inline double gib(int64_t bytes) { return static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30); }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "io/input_file.h"
 
 namespace fs = std::filesystem;
 
@@ -37,16 +38,10 @@ void flatten(const YAML::Node& node, const std::string& prefix, const std::strin
 }
 
 YAML::Node load_yaml_file(const fs::path& path, const std::string& included_by) {
-  std::ifstream in(path);
-  if (!in) {
-    throw Error(fmt::format("cannot open recipe '{}'{}: {}", path.string(),
-                            included_by.empty() ? "" : " (named by `defaults` at " + included_by + ")",
-                            fs::exists(path) ? "permission denied or not a file" : "no such file"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_input_file(path, "recipe", kMaxRecipeBytes,
+                                          included_by.empty() ? "" : "(named by `defaults` at " + included_by + ")");
   try {
-    return YAML::Load(text.str());
+    return YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw Error(fmt::format("{}:{}:{}: invalid YAML: {}", path.string(), e.mark.line + 1, e.mark.column + 1, e.msg));
   }

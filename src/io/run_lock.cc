@@ -19,10 +19,10 @@ namespace fs = std::filesystem;
 RunDirectoryLock::RunDirectoryLock(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  FP8RL_CHECK(!ec, "run directory '{}': cannot create it: {}", dir.string(), ec.message());
+  FP8RL_REQUIRE(!ec, "run directory '{}': cannot create it: {}", dir.string(), ec.message());
   const fs::path path = dir / ".lock";
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  FP8RL_CHECK(fd_ >= 0, "run directory '{}': cannot open its lock file '{}': {}", dir.string(), path.string(),
+  FP8RL_REQUIRE(fd_ >= 0, "run directory '{}': cannot open its lock file '{}': {}", dir.string(), path.string(),
               std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;

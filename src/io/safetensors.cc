@@ -215,11 +215,13 @@ void SafetensorsWriter::write(const fs::path& path) const {
 SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   SafetensorsFile file;
   file.path_ = path;
-  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO named by mistake is refused below instead of waiting for a writer.
+  file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (file.fd_ < 0) fail(path, fmt::format("cannot open: {}", std::strerror(errno)));
   struct stat st {};
   if (::fstat(file.fd_, &st) != 0) fail(path, fmt::format("cannot stat: {}", std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
+  if (!S_ISREG(st.st_mode)) fail(path, S_ISDIR(st.st_mode) ? "is a directory, expected a regular file" : "not a regular file (a FIFO, socket or device)");
+  ::fcntl(file.fd_, F_SETFL, ::fcntl(file.fd_, F_GETFL) & ~O_NONBLOCK);
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < 8)
     fail(path, fmt::format("file has {} bytes, fewer than the 8-byte header length every safetensors file starts with "

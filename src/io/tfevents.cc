@@ -100,7 +100,7 @@ class WireReader {
       case kFixed64: f.bits = get_le(take(8).data(), 8); break;
       case kFixed32: f.bits = get_le(take(4).data(), 4); break;
       case kLengthDelimited: f.bytes = take(varint()); break;
-      default: FP8RL_CHECK(false, "{}: unsupported protobuf wire type {} at byte {}", what_, key & 7, pos_);
+      default: FP8RL_REQUIRE(false, "{}: unsupported protobuf wire type {} at byte {}", what_, key & 7, pos_);
     }
     return f;
   }
@@ -109,16 +109,16 @@ class WireReader {
   uint64_t varint() {
     uint64_t v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
-      FP8RL_CHECK(pos_ < data_.size(), "{}: protobuf varint runs past the end ({} bytes)", what_, data_.size());
+      FP8RL_REQUIRE(pos_ < data_.size(), "{}: protobuf varint runs past the end ({} bytes)", what_, data_.size());
       const auto byte = static_cast<unsigned char>(data_[pos_++]);
       v |= static_cast<uint64_t>(byte & 0x7F) << shift;
       if ((byte & 0x80) == 0) return v;
     }
-    FP8RL_CHECK(false, "{}: protobuf varint longer than 10 bytes at byte {}", what_, pos_);
+    FP8RL_REQUIRE(false, "{}: protobuf varint longer than 10 bytes at byte {}", what_, pos_);
     return 0;
   }
   std::string_view take(uint64_t n) {
-    FP8RL_CHECK(n <= data_.size() - pos_, "{}: protobuf field of {} bytes at byte {} runs past the end ({} bytes)",
+    FP8RL_REQUIRE(n <= data_.size() - pos_, "{}: protobuf field of {} bytes at byte {} runs past the end ({} bytes)",
                 what_, n, pos_, data_.size());
     const std::string_view s = data_.substr(pos_, n);
     pos_ += n;
@@ -164,7 +164,7 @@ namespace {
 // short by a crash) ends the file instead of being an error; `*torn` says whether there was one.
 std::vector<std::string> read_records(const fs::path& file, bool torn_tail_ok, bool* torn) {
   std::ifstream in(file, std::ios::binary);
-  FP8RL_CHECK(in.good(), "TFRecord file '{}': cannot open ({})", file.string(), std::strerror(errno));
+  FP8RL_REQUIRE(in.good(), "TFRecord file '{}': cannot open ({})", file.string(), std::strerror(errno));
   const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> records;
   if (torn != nullptr) *torn = false;
@@ -177,17 +177,17 @@ std::vector<std::string> read_records(const fs::path& file, bool torn_tail_ok, b
       if (torn != nullptr) *torn = true;
       break;
     }
-    FP8RL_CHECK(left >= 12, "TFRecord file '{}': record {} at byte {}: truncated header ({} bytes left)", file.string(),
+    FP8RL_REQUIRE(left >= 12, "TFRecord file '{}': record {} at byte {}: truncated header ({} bytes left)", file.string(),
                 index, pos, left);
-    FP8RL_CHECK(length_ok, "TFRecord file '{}': record {} at byte {}: length CRC mismatch (corrupt file)",
+    FP8RL_REQUIRE(length_ok, "TFRecord file '{}': record {} at byte {}: length CRC mismatch (corrupt file)",
                 file.string(), index, pos);
-    FP8RL_CHECK(length <= left - 12 && left - 12 - length >= 4,
+    FP8RL_REQUIRE(length <= left - 12 && left - 12 - length >= 4,
                 "TFRecord file '{}': record {} at byte {}: {} data bytes + CRC announced, {} bytes left (truncated)",
                 file.string(), index, pos, length, left - 12);
     const std::string_view payload(&data[pos + 12], length);
     const auto data_crc = static_cast<uint32_t>(get_le(&data[pos + 12 + length], 4));
     const uint32_t want_data_crc = tfrecord_masked_crc(crc32c(payload));
-    FP8RL_CHECK(data_crc == want_data_crc,
+    FP8RL_REQUIRE(data_crc == want_data_crc,
                 "TFRecord file '{}': record {} at byte {}: data CRC {:#010x}, expected {:#010x} (corrupt file)",
                 file.string(), index, pos, data_crc, want_data_crc);
     records.emplace_back(payload);
@@ -244,7 +244,7 @@ std::vector<DecodedEvent> read_events(const fs::path& file, const std::vector<st
     const std::string what = fmt::format("event file '{}': record {}", file.string(), r);
     events.push_back(decode_event(records[r], what));
     if (r == 0)
-      FP8RL_CHECK(events[0].file_version == kFileVersion,
+      FP8RL_REQUIRE(events[0].file_version == kFileVersion,
                   "{}: the first event must be file_version \"{}\", found \"{}\"", what, kFileVersion,
                   events[0].file_version.value_or("(none)"));
   }
@@ -266,7 +266,7 @@ int64_t truncate_event_files(const fs::path& dir, int64_t step) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (entry.path().filename().string().starts_with(kEventFilePrefix)) files.push_back(entry.path());
-  FP8RL_CHECK(!ec, "cannot list the run directory '{}': {}", dir.string(), ec.message());
+  FP8RL_REQUIRE(!ec, "cannot list the run directory '{}': {}", dir.string(), ec.message());
   int64_t dropped = 0;
   for (const fs::path& file : files) {
     bool torn = false;
@@ -294,13 +294,13 @@ double unix_time_seconds() {
 TfEventsWriter::TfEventsWriter(const fs::path& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  FP8RL_CHECK(!ec, "cannot create the TensorBoard log directory '{}': {}", dir.string(), ec.message());
+  FP8RL_REQUIRE(!ec, "cannot create the TensorBoard log directory '{}': {}", dir.string(), ec.message());
   const double now = unix_time_seconds();
   const std::string base = fmt::format("{}{}.{}", kEventFilePrefix, static_cast<int64_t>(now), hostname());
   for (int n = 0; file_ == nullptr; ++n) {
     path_ = dir / (n == 0 ? base : fmt::format("{}.{}", base, n));
     file_ = std::fopen(path_.c_str(), "wbx");  // x: fails if the name exists (C11, glibc)
-    FP8RL_CHECK(file_ != nullptr || (errno == EEXIST && n < 1000), "cannot create the TensorBoard event file '{}': {}",
+    FP8RL_REQUIRE(file_ != nullptr || (errno == EEXIST && n < 1000), "cannot create the TensorBoard event file '{}': {}",
                 path_.string(), std::strerror(errno));
   }
   std::string event = event_header(now);
@@ -331,13 +331,13 @@ void TfEventsWriter::add_scalars(int64_t step, double wall_time,
 }
 
 void TfEventsWriter::flush() {
-  FP8RL_CHECK(std::fflush(file_) == 0, "cannot write the TensorBoard event file '{}': {}", path_.string(),
+  FP8RL_REQUIRE(std::fflush(file_) == 0, "cannot write the TensorBoard event file '{}': {}", path_.string(),
               std::strerror(errno));
 }
 
 void TfEventsWriter::write_record(std::string_view payload) {
   const std::string record = tfrecord_frame(payload);
-  FP8RL_CHECK(std::fwrite(record.data(), 1, record.size(), file_) == record.size(),
+  FP8RL_REQUIRE(std::fwrite(record.data(), 1, record.size(), file_) == record.size(),
               "cannot write the TensorBoard event file '{}': {}", path_.string(), std::strerror(errno));
 }
 

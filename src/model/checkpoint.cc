@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <utility>
 #include <vector>
 
@@ -17,9 +18,12 @@ namespace fs = std::filesystem;
 
 void save_checkpoint(const fs::path& dir, const Transformer& model, const AdamW* optimizer,
                      const nlohmann::json& trainer_state, const fs::path& model_source) {
-  nlohmann::json base = nullptr;
-  if (!model_source.empty() && fs::exists(model_source / "config.json")) base = read_json_file(model_source / "config.json");
-  nlohmann::json config = hf_config_json(model.config(), base);
+  // A diverged run's weights are never saved: the checkpoint at DIR stays the last good one.
+  if (const ParamInfo* bad = first_non_finite_tensor(model.layout(), model.params()))
+    throw Error(fmt::format("not writing checkpoint '{}': tensor '{}' holds NaN or infinite values (the run diverged; "
+                            "the checkpoint there, if any, is the last good one)",
+                            dir.string(), bad->name));
+  nlohmann::json config = derived_hf_config_json(model.config(), model_source);
   config["torch_dtype"] = "float32";
   config.erase("quantization_config");  // the masters are FP32 whatever the source stored
   publish_directory_atomic(dir, [&](const fs::path& tmp) {
@@ -49,9 +53,9 @@ void save_checkpoint(const fs::path& dir, const Transformer& model, const AdamW*
 
 void load_optimizer_state(const fs::path& dir, AdamW& optimizer) {
   const fs::path path = dir / "optimizer.safetensors";
-  FP8RL_CHECK(fs::exists(path), "checkpoint '{}' has no optimizer state (optimizer.safetensors)", dir.string());
+  FP8RL_REQUIRE(fs::exists(path), "checkpoint '{}' has no optimizer state (optimizer.safetensors)", dir.string());
   const SafetensorsFile file = SafetensorsFile::open(path);
-  FP8RL_CHECK(file.metadata().count("step") == 1, "safetensors file '{}': metadata 'step' missing", path.string());
+  FP8RL_REQUIRE(file.metadata().count("step") == 1, "safetensors file '{}': metadata 'step' missing", path.string());
   // A shard's optimizer (rl/dist) keeps the part of each tensor inside its range.
   const int64_t begin = optimizer.begin(), end = optimizer.end();
   std::vector<float> whole;
@@ -69,13 +73,34 @@ void load_optimizer_state(const fs::path& dir, AdamW& optimizer) {
       std::copy(whole.begin() + (b - p.offset), whole.begin() + (e - p.offset), moment->data() + (b - begin));
     }
   }
-  optimizer.set_steps_taken(std::stoll(file.metadata().at("step")));
+  const std::string& step = file.metadata().at("step");
+  int64_t steps = -1;
+  const std::from_chars_result parsed = std::from_chars(step.data(), step.data() + step.size(), steps);
+  FP8RL_REQUIRE(parsed.ec == std::errc() && parsed.ptr == step.data() + step.size() && steps >= 0,
+                "safetensors file '{}': metadata 'step' must be a non-negative integer, got '{}'", path.string(), step);
+  optimizer.set_steps_taken(steps);
 }
 
 nlohmann::json load_trainer_state(const fs::path& dir) {
   const fs::path path = dir / "trainer_state.json";
   if (!fs::exists(path)) return nullptr;
-  return read_json_file(path);
+  nlohmann::json state = read_json_file(path);
+  FP8RL_REQUIRE(state.is_object(), "'{}': expected a JSON object, got {}", path.string(), state.type_name());
+  return state;
+}
+
+int64_t trainer_state_step(const nlohmann::json& state, const fs::path& dir, const char* key, int64_t max_steps) {
+  const fs::path path = dir / "trainer_state.json";
+  FP8RL_REQUIRE(state.is_object() && state.contains(key), "'{}': missing key '{}'", path.string(), key);
+  const nlohmann::json& v = state.at(key);
+  FP8RL_REQUIRE(v.is_number_integer() && v.get<int64_t>() >= 0, "'{}': key '{}' must be a non-negative integer, got {}",
+                path.string(), key, v.dump());
+  const int64_t step = v.get<int64_t>();
+  FP8RL_REQUIRE(step <= max_steps,
+                "'{}': the checkpoint is at step {}, beyond this run's {} steps (raise the recipe's max_num_steps to "
+                "continue it)",
+                path.string(), step, max_steps);
+  return step;
 }
 
 }  // namespace fp8rl

@@ -23,6 +23,7 @@
 namespace fp8rl {
 
 // Writes the checkpoint into DIR atomically (a previous checkpoint at DIR is replaced whole).
+// Refuses (throws, writing nothing) weights that hold a NaN or an infinity.
 // `optimizer` and `trainer_state` are optional (nullptr / null json). `model_source`, when given,
 // is the HF model directory the run started from: its tokenizer files are copied and its other
 // config.json keys kept, so the checkpoint is a complete model directory.
@@ -31,7 +32,11 @@ void save_checkpoint(const std::filesystem::path& dir, const Transformer& model,
 
 // Reads DIR/optimizer.safetensors; throws if the checkpoint has none.
 void load_optimizer_state(const std::filesystem::path& dir, AdamW& optimizer);
-// DIR/trainer_state.json, or a null json if there is none.
+// DIR/trainer_state.json (checked to be an object), or a null json if there is none.
 nlohmann::json load_trainer_state(const std::filesystem::path& dir);
+// The step count under `key` of a trainer state read from DIR, checked: an integer in
+// [0, max_steps]. Errors name the file and the key.
+int64_t trainer_state_step(const nlohmann::json& state, const std::filesystem::path& dir, const char* key,
+                           int64_t max_steps);
 
 }  // namespace fp8rl

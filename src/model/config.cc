@@ -5,15 +5,15 @@
 namespace fp8rl {
 
 void ModelConfig::validate() const {
-  FP8RL_CHECK(vocab_size > 0, "model config: vocab_size must be > 0, got {}", vocab_size);
-  FP8RL_CHECK(d_model > 0 && n_layers > 0 && d_ff > 0 && max_seq_len > 0,
+  FP8RL_REQUIRE(vocab_size > 0, "model config: vocab_size must be > 0, got {}", vocab_size);
+  FP8RL_REQUIRE(d_model > 0 && n_layers > 0 && d_ff > 0 && max_seq_len > 0,
               "model config: d_model, n_layers, d_ff, max_seq_len must be > 0, got {}, {}, {}, {}", d_model, n_layers,
               d_ff, max_seq_len);
-  FP8RL_CHECK(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
+  FP8RL_REQUIRE(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
               "model config: n_heads ({}) must be a positive multiple of n_kv_heads ({})", n_heads, n_kv_heads);
-  FP8RL_CHECK(head_dim > 0 && head_dim % 2 == 0, "model config: head_dim must be even and > 0, got {}", head_dim);
-  FP8RL_CHECK(rope_theta > 0, "model config: rope_theta must be > 0, got {}", rope_theta);
-  FP8RL_CHECK(norm_eps > 0, "model config: norm_eps must be > 0, got {}", norm_eps);
+  FP8RL_REQUIRE(head_dim > 0 && head_dim % 2 == 0, "model config: head_dim must be even and > 0, got {}", head_dim);
+  FP8RL_REQUIRE(rope_theta > 0, "model config: rope_theta must be > 0, got {}", rope_theta);
+  FP8RL_REQUIRE(norm_eps > 0, "model config: norm_eps must be > 0, got {}", norm_eps);
 }
 
 ModelConfig model_preset(std::string_view name, int64_t vocab_size) {
@@ -49,7 +49,7 @@ ModelConfig model_preset(std::string_view name, int64_t vocab_size) {
     c.rope_llama3_scaling = true;
     c.rope_scaling = {32.0, 1.0, 4.0, 8192.0};
   } else {
-    FP8RL_CHECK(false, "unknown model preset '{}' (known: {})", name, kModelPresetNames);
+    FP8RL_REQUIRE(false, "unknown model preset '{}' (known: {})", name, kModelPresetNames);
   }
   c.validate();
   return c;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "io/input_file.h"
 
 namespace fp8rl {
 
@@ -44,69 +45,76 @@ nlohmann::json hf_config_json(const ModelConfig& c, const nlohmann::json& base) 
 }
 
 ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string& source) {
-  FP8RL_CHECK(j.is_object(), "{}: expected a JSON object", source);
+  FP8RL_REQUIRE(j.is_object(), "{}: expected a JSON object", source);
   auto get = [&](const char* key) -> const nlohmann::json& {
-    FP8RL_CHECK(j.contains(key), "{}: missing key '{}'", source, key);
+    FP8RL_REQUIRE(j.contains(key), "{}: missing key '{}'", source, key);
     return j.at(key);
   };
   auto integer = [&](const char* key) {
     const nlohmann::json& v = get(key);
-    FP8RL_CHECK(v.is_number_integer(), "{}: key '{}' must be an integer, got {}", source, key, v.dump());
+    FP8RL_REQUIRE(v.is_number_integer(), "{}: key '{}' must be an integer, got {}", source, key, v.dump());
     return v.get<int64_t>();
   };
   auto number = [&](const nlohmann::json& obj, const char* key) {
     const nlohmann::json& v = obj.at(key);
-    FP8RL_CHECK(v.is_number(), "{}: key '{}' must be a number, got {}", source, key, v.dump());
+    FP8RL_REQUIRE(v.is_number(), "{}: key '{}' must be a number, got {}", source, key, v.dump());
     return v.get<double>();
   };
   auto text = [&](const char* key, const char* fallback) {
     if (!j.contains(key) || j[key].is_null()) return std::string(fallback);
-    FP8RL_CHECK(j[key].is_string(), "{}: key '{}' must be a string, got {}", source, key, j[key].dump());
+    FP8RL_REQUIRE(j[key].is_string(), "{}: key '{}' must be a string, got {}", source, key, j[key].dump());
     return j[key].get<std::string>();
   };
   auto flag = [&](const char* key, bool fallback) {
     if (!j.contains(key) || j[key].is_null()) return fallback;
-    FP8RL_CHECK(j[key].is_boolean(), "{}: key '{}' must be true or false, got {}", source, key, j[key].dump());
+    FP8RL_REQUIRE(j[key].is_boolean(), "{}: key '{}' must be true or false, got {}", source, key, j[key].dump());
     return j[key].get<bool>();
   };
 
   const std::string model_type = text("model_type", "llama");
-  FP8RL_CHECK(model_type == "llama" || model_type == "qwen3",
+  FP8RL_REQUIRE(model_type == "llama" || model_type == "qwen3",
               "{}: model_type '{}' is not supported (fp8rl implements llama and qwen3)", source, model_type);
   if (j.contains("architectures")) {
     const nlohmann::json& a = j["architectures"];
-    FP8RL_CHECK(a.is_array() && a.size() == 1 && a[0].is_string(),
+    FP8RL_REQUIRE(a.is_array() && a.size() == 1 && a[0].is_string(),
                 "{}: key 'architectures' must be a list of one name, got {}", source, a.dump());
     const std::string arch = a[0].get<std::string>();
     const char* expected = model_type == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
-    FP8RL_CHECK(arch == expected, "{}: architecture '{}' is not supported with model_type '{}' (expected {})", source,
+    FP8RL_REQUIRE(arch == expected, "{}: architecture '{}' is not supported with model_type '{}' (expected {})", source,
                 arch, model_type, expected);
   }
-  FP8RL_CHECK(text("hidden_act", "silu") == "silu", "{}: hidden_act '{}' is not supported (expected silu)", source,
+  FP8RL_REQUIRE(text("hidden_act", "silu") == "silu", "{}: hidden_act '{}' is not supported (expected silu)", source,
               text("hidden_act", "silu"));
   for (const char* key : {"attention_bias", "mlp_bias", "use_sliding_window"})
-    FP8RL_CHECK(!flag(key, false), "{}: key '{}' is true, which fp8rl does not implement", source, key);
+    FP8RL_REQUIRE(!flag(key, false), "{}: key '{}' is true, which fp8rl does not implement", source, key);
 
+  // Each size within bounds far above any released model's (Llama 3.1 405B: hidden 16,384, FFN
+  // 53,248, 126 layers), so that a corrupt file is refused here instead of by the allocator.
+  auto size = [&](const char* key, int64_t limit) {
+    const int64_t v = integer(key);
+    FP8RL_REQUIRE(v >= 1 && v <= limit, "{}: key '{}' is {}, expected 1 to {}", source, key, v, limit);
+    return v;
+  };
   ModelConfig c;
   c.preset = text("fp8rl_preset", "custom");
-  c.vocab_size = integer("vocab_size");
-  c.d_model = integer("hidden_size");
-  c.d_ff = integer("intermediate_size");
-  c.n_layers = integer("num_hidden_layers");
-  c.n_heads = integer("num_attention_heads");
-  c.n_kv_heads = j.contains("num_key_value_heads") ? integer("num_key_value_heads") : c.n_heads;
-  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? integer("head_dim")
+  c.vocab_size = size("vocab_size", int64_t{1} << 22);
+  c.d_model = size("hidden_size", int64_t{1} << 16);
+  c.d_ff = size("intermediate_size", int64_t{1} << 18);
+  c.n_layers = size("num_hidden_layers", 1024);
+  c.n_heads = size("num_attention_heads", 1024);
+  c.n_kv_heads = j.contains("num_key_value_heads") ? size("num_key_value_heads", 1024) : c.n_heads;
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? size("head_dim", 1024)
                                                                   : c.d_model / std::max<int64_t>(1, c.n_heads);
-  c.max_seq_len = integer("max_position_embeddings");
+  c.max_seq_len = size("max_position_embeddings", int64_t{1} << 21);
   c.norm_eps = static_cast<float>(number(j, "rms_norm_eps"));
   c.rope_theta = j.contains("rope_theta") ? number(j, "rope_theta") : 10000.0;
   c.tie_embeddings = flag("tie_word_embeddings", false);
   c.qk_norm = model_type == "qwen3";
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const nlohmann::json& rs = j["rope_scaling"];
-    FP8RL_CHECK(rs.is_object(), "{}: key 'rope_scaling' must be an object or null, got {}", source, rs.dump());
+    FP8RL_REQUIRE(rs.is_object(), "{}: key 'rope_scaling' must be an object or null, got {}", source, rs.dump());
     const nlohmann::json& type = rs.contains("rope_type") ? rs["rope_type"] : rs.value("type", nlohmann::json());
-    FP8RL_CHECK(type == "llama3", "{}: rope_scaling type {} is not supported (expected \"llama3\")", source,
+    FP8RL_REQUIRE(type == "llama3", "{}: rope_scaling type {} is not supported (expected \"llama3\")", source,
                 type.dump());
     c.rope_llama3_scaling = true;
     auto field = [&](const char* key, double fallback) { return rs.contains(key) ? number(rs, key) : fallback; };
@@ -114,7 +122,7 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
     c.rope_scaling.low_freq_factor = field("low_freq_factor", 1.0);
     c.rope_scaling.high_freq_factor = field("high_freq_factor", 4.0);
     c.rope_scaling.original_max_position = field("original_max_position_embeddings", 8192.0);
-    FP8RL_CHECK(c.rope_scaling.factor > 0 && c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor &&
+    FP8RL_REQUIRE(c.rope_scaling.factor > 0 && c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor &&
                     c.rope_scaling.low_freq_factor > 0 && c.rope_scaling.original_max_position > 0,
                 "{}: rope_scaling {} needs factor > 0 and high_freq_factor > low_freq_factor > 0", source, rs.dump());
   }
@@ -127,22 +135,34 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
 }
 
 nlohmann::json read_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  FP8RL_CHECK(in.good(), "cannot open '{}'", path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_input_file(path, "file", kMaxJsonFileBytes);
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("'{}' is not valid JSON: {}", path.string(), e.what()));
   }
 }
 
 nlohmann::json read_hf_config_json(const fs::path& dir) {
-  FP8RL_CHECK(fs::is_directory(dir), "model directory '{}' does not exist", dir.string());
+  FP8RL_REQUIRE(fs::is_directory(dir), "model directory '{}' does not exist", dir.string());
   const fs::path path = dir / "config.json";
-  FP8RL_CHECK(fs::exists(path), "model directory '{}' has no config.json", dir.string());
+  FP8RL_REQUIRE(fs::exists(path), "model directory '{}' has no config.json", dir.string());
   return read_json_file(path);
+}
+
+nlohmann::json derived_hf_config_json(const ModelConfig& config, const fs::path& source_dir) {
+  nlohmann::json base = nullptr;
+  if (!source_dir.empty() && fs::exists(source_dir / "config.json")) base = read_json_file(source_dir / "config.json");
+  nlohmann::json out = hf_config_json(config, base);
+  if (source_dir.empty() || !fs::exists(source_dir / "tokenizer.json"))
+    out["fp8rl_tokenizer"] = "char";
+  else
+    out.erase("fp8rl_tokenizer");
+  return out;
+}
+
+bool uses_char_tokenizer(const nlohmann::json& config) {
+  return config.is_object() && config.value("fp8rl_tokenizer", nlohmann::json()) == "char";
 }
 
 void copy_tokenizer_files(const fs::path& from, const fs::path& to) {

@@ -36,6 +36,15 @@ nlohmann::json read_hf_config_json(const std::filesystem::path& dir);
 // The architecture in DIR/config.json.
 ModelConfig load_model_config(const std::filesystem::path& dir);
 
+// The config.json of a directory written from `config` (a checkpoint, an export) whose weights
+// came from `source_dir` (empty for a random model): the source's config.json keys are kept
+// (hf_config_json), and where the source has no tokenizer.json the key "fp8rl_tokenizer":
+// "char" records that the model speaks fp8rl's character vocabulary, so that the directory loads
+// with it again (load_model_tokenizer) instead of being refused for a missing tokenizer.json.
+nlohmann::json derived_hf_config_json(const ModelConfig& config, const std::filesystem::path& source_dir);
+// Whether DIR/config.json carries "fp8rl_tokenizer": "char" (see above).
+bool uses_char_tokenizer(const nlohmann::json& config);
+
 // Copies the tokenizer files of a HF model directory that are present in `from` (tokenizer.json,
 // tokenizer_config.json, special_tokens_map.json, generation_config.json) into `to`.
 void copy_tokenizer_files(const std::filesystem::path& from, const std::filesystem::path& to);

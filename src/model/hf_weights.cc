@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/memory.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -51,26 +52,26 @@ WeightFiles open_weight_files(const fs::path& dir) {
     const size_t index = w.files.size() - 1;
     for (const std::string& name : w.files.back().names()) {
       const auto [it, fresh] = w.file_of.emplace(name, index);
-      FP8RL_CHECK(fresh, "model directory '{}': tensor '{}' is in both '{}' and '{}'", dir.string(), name,
+      FP8RL_REQUIRE(fresh, "model directory '{}': tensor '{}' is in both '{}' and '{}'", dir.string(), name,
                   w.files[it->second].path().filename().string(), path.filename().string());
     }
   };
   const fs::path index_path = dir / kIndexFile;
   if (!fs::exists(index_path)) {
-    FP8RL_CHECK(fs::exists(dir / kSingleFile), "model directory '{}' has neither {} nor {}", dir.string(), kSingleFile,
+    FP8RL_REQUIRE(fs::exists(dir / kSingleFile), "model directory '{}' has neither {} nor {}", dir.string(), kSingleFile,
                 kIndexFile);
     add_file(dir / kSingleFile);
     return w;
   }
   const nlohmann::json index = read_json_file(index_path);
-  FP8RL_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+  FP8RL_REQUIRE(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
               "'{}': expected an object with a \"weight_map\" object", index_path.string());
   std::map<std::string, std::string> shard_of;  // tensor -> file name, as the index says
   for (const auto& [name, file] : index["weight_map"].items()) {
-    FP8RL_CHECK(file.is_string(), "'{}': weight_map entry '{}' must be a file name, got {}", index_path.string(), name,
+    FP8RL_REQUIRE(file.is_string(), "'{}': weight_map entry '{}' must be a file name, got {}", index_path.string(), name,
                 file.dump());
     const std::string shard = file.get<std::string>();
-    FP8RL_CHECK(!shard.empty() && shard.find('/') == std::string::npos && shard != "..",
+    FP8RL_REQUIRE(!shard.empty() && shard.find('/') == std::string::npos && shard != "..",
                 "'{}': weight_map entry '{}' names '{}', expected a file in the same directory", index_path.string(),
                 name, shard);
     shard_of.emplace(name, shard);
@@ -80,13 +81,13 @@ WeightFiles open_weight_files(const fs::path& dir) {
     if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
   std::sort(shards.begin(), shards.end());
   for (const std::string& shard : shards) {
-    FP8RL_CHECK(fs::exists(dir / shard), "model directory '{}': shard '{}' named by {} is missing", dir.string(), shard,
+    FP8RL_REQUIRE(fs::exists(dir / shard), "model directory '{}': shard '{}' named by {} is missing", dir.string(), shard,
                 kIndexFile);
     add_file(dir / shard);
   }
   for (const auto& [name, shard] : shard_of) {
     const SafetensorsFile* f = w.find(name);
-    FP8RL_CHECK(f != nullptr && f->path().filename() == shard, "model directory '{}': {} puts tensor '{}' in '{}', {}",
+    FP8RL_REQUIRE(f != nullptr && f->path().filename() == shard, "model directory '{}': {} puts tensor '{}' in '{}', {}",
                 dir.string(), kIndexFile, name, shard, f == nullptr ? "which does not hold it" : "but it is elsewhere");
   }
   return w;
@@ -103,34 +104,35 @@ struct StoredParam {
 ScaleShape block_scale_shape(const Shape& s) { return scale_shape(ScalingMode::kBlocks128x128, s[0], s[1]); }
 
 // Checks every name, dtype and shape; reads nothing.
-std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, const Transformer& model) {
+std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, const ParamLayout& layout,
+                                   const ModelConfig& config) {
   std::vector<StoredParam> plan;
   std::map<std::string, bool, std::less<>> used;  // tensor name -> consumed
   for (const auto& [name, index] : w.file_of) used[name] = false;
-  for (const ParamInfo& p : model.layout().tensors()) {
+  for (const ParamInfo& p : layout.tensors()) {
     const SafetensorsFile* f = w.find(p.name);
-    FP8RL_CHECK(f != nullptr, "model directory '{}': missing tensor '{}' (shape {})", dir.string(), p.name, p.shape.str());
+    FP8RL_REQUIRE(f != nullptr, "model directory '{}': missing tensor '{}' (shape {})", dir.string(), p.name, p.shape.str());
     used[p.name] = true;
     const SafetensorsTensorInfo& info = f->info(p.name);
-    FP8RL_CHECK(info.shape == p.shape, "safetensors file '{}': tensor '{}' has shape {}, expected {}", f->path().string(),
+    FP8RL_REQUIRE(info.shape == p.shape, "safetensors file '{}': tensor '{}' has shape {}, expected {}", f->path().string(),
                 p.name, info.shape.str(), p.shape.str());
     StoredParam s{&p, f, nullptr, {}};
     if (info.dtype_name == "F8_E4M3") {
-      FP8RL_CHECK(p.shape.rank == 2, "safetensors file '{}': tensor '{}' is F8_E4M3 but not a matrix", f->path().string(),
+      FP8RL_REQUIRE(p.shape.rank == 2, "safetensors file '{}': tensor '{}' is F8_E4M3 but not a matrix", f->path().string(),
                   p.name);
       s.scale_name = p.name + kScaleSuffix;
       s.scale_file = w.find(s.scale_name);
-      FP8RL_CHECK(s.scale_file != nullptr, "model directory '{}': F8_E4M3 tensor '{}' has no '{}'", dir.string(), p.name,
+      FP8RL_REQUIRE(s.scale_file != nullptr, "model directory '{}': F8_E4M3 tensor '{}' has no '{}'", dir.string(), p.name,
                   s.scale_name);
       used[s.scale_name] = true;
       const SafetensorsTensorInfo& si = s.scale_file->info(s.scale_name);
       const ScaleShape ss = block_scale_shape(p.shape);
-      FP8RL_CHECK(si.dtype_name == "F32" && si.shape == (Shape{ss.rows, ss.cols}),
+      FP8RL_REQUIRE(si.dtype_name == "F32" && si.shape == (Shape{ss.rows, ss.cols}),
                   "safetensors file '{}': tensor '{}' must be F32 {} (one scale per 128x128 block), found {} {}",
                   s.scale_file->path().string(), s.scale_name, Shape{ss.rows, ss.cols}.str(), si.dtype_name,
                   si.shape.str());
     } else {
-      FP8RL_CHECK(info.dtype_name == "F32" || info.dtype_name == "BF16" || info.dtype_name == "F16",
+      FP8RL_REQUIRE(info.dtype_name == "F32" || info.dtype_name == "BF16" || info.dtype_name == "F16",
                   "safetensors file '{}': tensor '{}' has dtype {}, expected F32, BF16, F16 or F8_E4M3",
                   f->path().string(), p.name, info.dtype_name);
     }
@@ -138,13 +140,16 @@ std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, co
   }
   for (const auto& [name, consumed] : used) {
     if (consumed || ends_with(name, "rotary_emb.inv_freq")) continue;
-    if (name == "lm_head.weight" && model.config().tie_embeddings) continue;
-    FP8RL_CHECK(false,
+    if (name == "lm_head.weight" && config.tie_embeddings) continue;
+    FP8RL_REQUIRE(false,
                 "safetensors file '{}': tensor '{}' has no place in this {} (config.json); fp8rl's Llama / Qwen3 "
                 "models have no biases and no other parameters",
-                w.find(name)->path().string(), name, model.config().qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+                w.find(name)->path().string(), name, config.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
   }
   return plan;
+}
+std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, const Transformer& model) {
+  return plan_load(dir, w, model.layout(), model.config());
 }
 
 // Reports a long load on stderr: after two seconds, a line redrawn in place on a terminal, or a
@@ -183,6 +188,13 @@ class LoadProgress {
   bool terminal_ = isatty(fileno(stderr)) != 0, shown_ = false;
 };
 
+// Stored weights must be finite: a NaN or an infinity (what a diverged run leaves) would only
+// come back as NaN log-probs, far from its cause.
+void require_finite(const StoredParam& s, bool finite) {
+  FP8RL_REQUIRE(finite, "safetensors file '{}': tensor '{}' holds NaN or infinite values (weights of a diverged run?)",
+                s.file->path().string(), s.param->name);
+}
+
 // The stored FP8 codes and 128x128 scales of `s` (an F8_E4M3 tensor).
 QuantizedMatrix read_fp8(const StoredParam& s) {
   const int64_t rows = s.param->shape[0], cols = s.param->shape[1];
@@ -190,6 +202,9 @@ QuantizedMatrix read_fp8(const StoredParam& s) {
   s.file->read_into(s.param->name, TensorView::contiguous(q.codes.data(), DType::kE4M3, s.param->shape));
   const ScaleShape ss = q.scales();
   s.scale_file->read_into(s.scale_name, TensorView::contiguous(q.scale_inv.data(), DType::kF32, Shape{ss.rows, ss.cols}));
+  bool nan_code = false;  // E4M3 has no infinity; S.1111.111 is its NaN
+  for (size_t i = 0; i < q.codes.size(); ++i) nan_code |= (q.codes[i] & 0x7f) == 0x7f;
+  require_finite(s, !nan_code && all_finite(q.scale_inv.data(), static_cast<int64_t>(q.scale_inv.size())));
   return q;
 }
 
@@ -202,6 +217,18 @@ void dequantize_rows(const QuantizedMatrix& q, int64_t r0, int64_t n, float* dst
 
 }  // namespace
 
+void check_model_directory(const fs::path& dir, const ModelConfig& config, double bytes_per_param, const char* use) {
+  const ParamLayout layout(config);
+  plan_load(dir, open_weight_files(dir), layout, config);  // the headers only: names, shapes, dtypes
+  const double need = static_cast<double>(layout.numel()) * bytes_per_param;
+  const int64_t available = available_memory_bytes();
+  FP8RL_REQUIRE(available <= 0 || need <= static_cast<double>(available),
+                "model directory '{}': {} parameters need at least {:.1f} GiB for {} ({} bytes each), more than the "
+                "{:.1f} GiB this machine has available",
+                dir.string(), layout.numel(), need / static_cast<double>(int64_t{1} << 30), use, bytes_per_param,
+                gib(available));
+}
+
 void load_model_weights(const fs::path& dir, Transformer& model) {
   const WeightFiles w = open_weight_files(dir);
   const std::vector<StoredParam> plan = plan_load(dir, w, model);
@@ -211,6 +238,7 @@ void load_model_weights(const fs::path& dir, Transformer& model) {
     float* dst = model.params() + s.param->offset;
     if (s.scale_file == nullptr) {
       s.file->read_as_f32(s.param->name, dst);
+      require_finite(s, all_finite(dst, s.param->shape.numel()));
     } else {
       QuantizedMatrix q = read_fp8(s);
       dequantize_rows(q, 0, q.rows, dst);
@@ -240,6 +268,7 @@ Transformer load_frozen_model(const fs::path& dir, const PrecisionPolicy& policy
     const SafetensorsTensorInfo& info = s.file->info(name);
     if (s.param->shape.rank == 1) {
       s.file->read_as_f32(name, model.frozen_norm(name));
+      require_finite(s, all_finite(model.frozen_norm(name), s.param->shape.numel()));
       progress.add(s);
       continue;
     }
@@ -258,6 +287,9 @@ Transformer load_frozen_model(const fs::path& dir, const PrecisionPolicy& policy
       if (!stored_fp8 && info.dtype_name == "BF16") {  // BF16 stays BF16 where the target is BF16
         bf16.resize(static_cast<size_t>(n * cols));
         s.file->read_rows(name, r0, n, bf16.data());
+        bool non_finite = false;
+        for (const bf16_t b : bf16) non_finite |= (b & 0x7f80) == 0x7f80;
+        require_finite(s, !non_finite);
         if (embedding) model.set_frozen_embedding_rows_bf16(bf16.data(), r0, n);
         if (linear != nullptr) linear->set_frozen_rows_bf16(bf16.data(), r0, n);
         continue;
@@ -267,6 +299,7 @@ Transformer load_frozen_model(const fs::path& dir, const PrecisionPolicy& policy
         dequantize_rows(*stored_fp8, r0, n, f32.data());
       } else {
         s.file->read_rows_as_f32(name, r0, n, f32.data());
+        require_finite(s, all_finite(f32.data(), n * cols));
       }
       if (embedding) model.set_frozen_embedding_rows(f32.data(), r0, n);
       if (linear != nullptr) linear->set_frozen_rows(f32.data(), r0, n);
@@ -297,7 +330,7 @@ void export_hf_model(const fs::path& dir, const Transformer& model, const HfExpo
     const bool is_layer_linear = lin != linear_of.end() && p.name != "model.embed_tokens.weight";
     if (fp8 && is_layer_linear && lin->second->precision() == Precision::kFP8) {
       const QuantizedMatrix& q = lin->second->fp8_weights().rowwise;
-      FP8RL_CHECK(q.mode == ScalingMode::kBlocks128x128, "linear '{}': FP8 weights are {}, expected 128x128 blocks",
+      FP8RL_REQUIRE(q.mode == ScalingMode::kBlocks128x128, "linear '{}': FP8 weights are {}, expected 128x128 blocks",
                   p.name, q.str());
       entries.push_back({p.name, TensorView::contiguous(const_cast<uint8_t*>(q.codes.data()), DType::kE4M3, p.shape)});
       const ScaleShape ss = q.scales();
@@ -328,10 +361,7 @@ void export_hf_model(const fs::path& dir, const Transformer& model, const HfExpo
     total_bytes += bytes;
   }
 
-  nlohmann::json base = nullptr;
-  if (!options.source_dir.empty() && fs::exists(options.source_dir / "config.json"))
-    base = read_json_file(options.source_dir / "config.json");
-  nlohmann::json config = hf_config_json(model.config(), base);
+  nlohmann::json config = derived_hf_config_json(model.config(), options.source_dir);
   config["torch_dtype"] = "bfloat16";
   config.erase("quantization_config");
   if (fp8) {

@@ -45,6 +45,13 @@ namespace fp8rl {
 // its low-precision copies; FP8-stored linears that the model runs in FP8 get the stored bytes.
 void load_model_weights(const std::filesystem::path& dir, Transformer& model);
 
+// Before a model of `config` is allocated: checks DIR's weight files against it from their headers
+// alone (every tensor present, with its shape and a dtype fp8rl reads), and that its parameters,
+// at `bytes_per_param` bytes each (the least `use` needs), fit in the memory the machine has
+// available. Errors name the file and tensor, or the figures.
+void check_model_directory(const std::filesystem::path& dir, const ModelConfig& config, double bytes_per_param,
+                           const char* use);
+
 // DIR's model as a frozen Transformer under `policy` (forward only: generation, calibration,
 // a reference policy), streamed: each tensor goes from the file to its final precision in bands
 // of rows (BF16 copies, FP8 codes quantized 128 rows at a time, stored FP8 bytes as they are), so

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <map>
 
 #include "core/check.h"
@@ -92,6 +93,23 @@ WeightPointers ParamLayout::bind_with(const std::function<float*(std::string_vie
   w.final_norm = at("model.norm.weight");
   w.lm_head = config_.tie_embeddings ? w.embed : at("lm_head.weight");
   return w;
+}
+
+bool all_finite(const float* v, int64_t n) {
+  // On the bits (exponent all ones: an infinity or a NaN), which vectorizes where isfinite may not.
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof bits);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+const ParamInfo* first_non_finite_tensor(const ParamLayout& layout, const float* base) {
+  for (const ParamInfo& p : layout.tensors())
+    if (!all_finite(base + p.offset, p.shape.numel())) return &p;
+  return nullptr;
 }
 
 }  // namespace fp8rl

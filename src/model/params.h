@@ -64,6 +64,12 @@ class ParamLayout {
   int64_t numel_ = 0;
 };
 
+// Whether every value is finite (no NaN, no infinity): the weights a diverged run leaves.
+bool all_finite(const float* v, int64_t n);
+// The first tensor of `layout` whose values in `base` [layout.numel()] are not all finite, or
+// nullptr when every one is.
+const ParamInfo* first_non_finite_tensor(const ParamLayout& layout, const float* base);
+
 // HF name of layer `l`'s tensor `suffix`, e.g. layer_param_name(0, "mlp.up_proj.weight").
 std::string layer_param_name(int64_t layer, std::string_view suffix);
 

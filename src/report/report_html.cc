@@ -207,7 +207,7 @@ std::string timing_legend(const std::vector<std::string>& time_keys) {
 }  // namespace
 
 std::string render_report_html(const std::vector<RunMetrics>& runs) {
-  FP8RL_CHECK(!runs.empty(), "report: no run directories given");
+  FP8RL_REQUIRE(!runs.empty(), "report: no run directories given");
   FP8RL_CHECK(!uplot_js().empty() && !uplot_css().empty(),
               "report: this fp8rl was built without uPlot (third_party/uplot/node_modules/uplot was missing): run "
               "scripts/setup.sh, then rebuild");

@@ -95,14 +95,14 @@ std::string RunMetrics::config_value(std::string_view key, std::string_view fall
 }
 
 RunMetrics read_run_metrics(const fs::path& dir) {
-  FP8RL_CHECK(fs::is_directory(dir),
+  FP8RL_REQUIRE(fs::is_directory(dir),
               "report: run directory '{}' does not exist (expected a logger.log_dir of fp8rl train)", dir.string());
   RunMetrics run;
   run.dir = dir;
   run.name = (dir / "").parent_path().filename().string();
   const fs::path path = dir / "metrics.jsonl";
   std::ifstream in(path);
-  FP8RL_CHECK(in.good(), "report: '{}' holds no metrics.jsonl: not a run directory, or its run has not finished a step",
+  FP8RL_REQUIRE(in.good(), "report: '{}' holds no metrics.jsonl: not a run directory, or its run has not finished a step",
               dir.string());
 
   // step -> (line number, its metrics); a later line of the same step replaces an earlier one.
@@ -138,7 +138,7 @@ RunMetrics read_run_metrics(const fs::path& dir) {
     j.erase("step");
     flatten_numbers(j, "", row.second);
   }
-  FP8RL_CHECK(!rows.empty(), "report: '{}' holds no valid step (empty, or every line was skipped)", path.string());
+  FP8RL_REQUIRE(!rows.empty(), "report: '{}' holds no valid step (empty, or every line was skipped)", path.string());
 
   const size_t num_steps = rows.size();
   size_t s = 0;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 #include "core/memory.h"
@@ -19,11 +20,12 @@ void run_generate_job(const GenerateJobOptions& o) {
   const Tokenizer& tok = *tokenizer;
   PrecisionPolicy policy;
   policy.linear = parse_precision(o.precision);
-  FP8RL_CHECK(policy.linear != Precision::kF32, "--precision must be bf16 or fp8, got {}", o.precision);
+  FP8RL_REQUIRE(policy.linear != Precision::kF32, "--precision must be bf16 or fp8, got {}", o.precision);
   // The trainer side only serves as the refit source and, for an FP8 KV cache, the calibration:
   // a frozen model (each linear's BF16 or FP8 copy, no FP32 masters), whose bytes the generator
   // then reads in place.
   const Timer clock;
+  check_model_directory(o.checkpoint, config, policy.linear == Precision::kFP8 ? 1.0 : 2.0, "generation");
   Transformer trainer = load_frozen_model(o.checkpoint, policy);
   EngineOptions eo;
   eo.kv_dtype = parse_kv_dtype(o.kv_cache_dtype.c_str());
@@ -31,6 +33,9 @@ void run_generate_job(const GenerateJobOptions& o) {
   GenerationEngine engine(config, policy, eo);
   refit_generator_weights(trainer, engine);
   const std::vector<int32_t> prompt = tok.encode_prompt(o.prompt);
+  FP8RL_REQUIRE(static_cast<int64_t>(prompt.size()) + o.max_new_tokens <= config.max_seq_len,
+                "generate: the prompt's {} tokens + --max-new-tokens {} exceed the model's max_seq_len {} ('{}')",
+                prompt.size(), o.max_new_tokens, config.max_seq_len, o.checkpoint);
   if (eo.kv_dtype == KvDtype::kFP8) {
     TokenBatch b = TokenBatch::empty(1, static_cast<int64_t>(prompt.size()), tok.pad());
     b.tokens = prompt;
@@ -44,6 +49,11 @@ void run_generate_job(const GenerateJobOptions& o) {
   const double load_seconds = clock.seconds();
   const auto seqs = engine.generate({prompt}, o.num_samples, g);
   const GenerationStats& st = engine.last_stats();
+  for (const GeneratedSequence& s : seqs)
+    FP8RL_REQUIRE(std::all_of(s.logprobs.begin(), s.logprobs.end(), [](float x) { return std::isfinite(x); }),
+                  "generate: the model's log-probs are NaN or infinite: its weights in '{}' are finite but overflow "
+                  "the forward (the last checkpoint of a diverged run?)",
+                  o.checkpoint);
   fmt::print("prompt {:?}, {} samples, {} linears, {} KV cache\n", o.prompt, o.num_samples, o.precision, o.kv_cache_dtype);
   for (const GeneratedSequence& s : seqs) {
     double total = 0;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
+#include "io/metrics_log.h"
 #include "io/run_lock.h"
 #include "io/tfevents.h"
 #include "model/checkpoint.h"
@@ -90,7 +92,21 @@ nlohmann::json scales_to_json(const std::vector<QkvScales>& s) {
   }
   return j;
 }
-std::vector<QkvScales> scales_from_json(const nlohmann::json& j) {
+// The KV scales of trainer state `state` (read from checkpoint `dir`), checked.
+std::vector<QkvScales> scales_from_json(const nlohmann::json& state, const fs::path& dir, int64_t n_layers) {
+  const nlohmann::json j = state.value("kv_scales", nlohmann::json());
+  const auto scale = [](const nlohmann::json& x) { return x.is_number() && x.get<double>() > 0 && std::isfinite(x.get<double>()); };
+  const auto scales = [&](const nlohmann::json& v) { return v.is_array() && std::all_of(v.begin(), v.end(), scale); };
+  bool ok = j.is_array() && static_cast<int64_t>(j.size()) == n_layers;
+  for (size_t l = 0; ok && l < j.size(); ++l) {  // [q, k, v] or [q, k, v, [q heads], [k heads], [v heads]]
+    const nlohmann::json& x = j[l];
+    ok = x.is_array() && (x.size() == 3 || x.size() == 6);
+    for (size_t i = 0; ok && i < x.size(); ++i) ok = i < 3 ? scale(x[i]) : scales(x[i]);
+  }
+  FP8RL_REQUIRE(ok,
+                "'{}': key 'kv_scales' must hold {} layers of positive finite [q, k, v] scales (with per-head lists), "
+                "got {}",
+                (dir / "trainer_state.json").string(), n_layers, j.dump().substr(0, 200));
   std::vector<QkvScales> s;
   for (const auto& x : j) {
     QkvScales l{x[0].get<float>(), x[1].get<float>(), x[2].get<float>(), {}, {}, {}};
@@ -104,15 +120,6 @@ std::vector<QkvScales> scales_from_json(const nlohmann::json& j) {
   return s;
 }
 
-// Keeps the first `steps` lines of a metrics file (a resumed run rewrites what follows).
-void truncate_metrics(const fs::path& path, int64_t steps) {
-  std::ifstream in(path);
-  std::string line, kept;
-  for (int64_t i = 0; i < steps && std::getline(in, line); ++i) kept += line + "\n";
-  in.close();
-  write_file_atomic(path, kept);
-}
-
 }  // namespace
 
 GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective_yaml, bool resume,
@@ -121,7 +128,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   config.validate_grpo();
   const int64_t P = config.num_prompts_per_step, G = config.num_generations_per_prompt, rollouts = P * G;
   const int64_t global = config.train_global_batch_size, micro = std::min(config.train_micro_batch_size, global);
-  FP8RL_CHECK(rollouts % global == 0,
+  FP8RL_REQUIRE(rollouts % global == 0,
               "policy.train_global_batch_size ({}) must divide grpo.num_prompts_per_step * num_generations_per_prompt ({})",
               global, rollouts);
   const std::unique_ptr<Task> task = make_task(config);
@@ -130,13 +137,16 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   const dist::Communicator& comm = dist::world();
   const bool root = comm.is_root();
   const fs::path run_dir = config.log_dir, ckpt_dir = run_dir / "checkpoint";
-  if (resume) {
-    FP8RL_CHECK(fs::exists(ckpt_dir / "trainer_state.json"),
-                "--resume: no checkpoint in '{}' (expected {}/trainer_state.json)", run_dir.string(), ckpt_dir.string());
-  } else {
-    FP8RL_CHECK(!fs::exists(run_dir / "metrics.jsonl"),
-                "run directory '{}' already holds a run: pass --resume to continue it, or choose another logger.log_dir",
-                run_dir.string());
+  if (resume && !fs::exists(ckpt_dir / "trainer_state.json")) {
+    // Stopped before its first checkpoint (or never started): nothing to continue but the start.
+    if (root)
+      fmt::print("grpo: --resume: '{}' holds no checkpoint yet; the run starts from step 0\n", run_dir.string());
+    resume = false;
+  } else if (!resume) {
+    FP8RL_REQUIRE(!fs::exists(run_dir / "metrics.jsonl"),
+                  "run directory '{}' already holds a run: pass --resume to continue it (from its last checkpoint, "
+                  "or from the start if it has none yet), or choose another logger.log_dir",
+                  run_dir.string());
   }
   Transformer policy = load_job_model(config);
   const std::unique_ptr<Tokenizer> tokenizer = load_job_tokenizer(config, policy.config());
@@ -179,8 +189,13 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     load_model_weights(ckpt_dir, policy);
     load_optimizer_state(ckpt_dir, optimizer);
     const nlohmann::json state = load_trainer_state(ckpt_dir);
-    start_step = state.at("step").get<int64_t>();
-    if (fp8_kv) kv_scales = scales_from_json(state.at("kv_scales"));
+    start_step = trainer_state_step(state, ckpt_dir, "step", config.grpo_max_num_steps);
+    // Each GRPO step takes rollouts / global optimizer steps, less the skipped ones.
+    FP8RL_REQUIRE(optimizer.steps_taken() <= start_step * (rollouts / global),
+                  "checkpoint '{}': the optimizer state has taken {} steps, more than {} GRPO steps of {} can "
+                  "(optimizer.safetensors and trainer_state.json are from different runs?)",
+                  ckpt_dir.string(), optimizer.steps_taken(), start_step, rollouts / global);
+    if (fp8_kv) kv_scales = scales_from_json(state, ckpt_dir, policy.config().n_layers);
   }
 
   // ---- run directory ---------------------------------------------------------------------------
@@ -188,17 +203,22 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   // One job at a time in a run directory (a second train, or a --resume of a running run, stops here).
   std::optional<RunDirectoryLock> lock;
   if (root) lock.emplace(run_dir);
-  std::ofstream metrics;
+  std::optional<MetricsLog> metrics;
   std::optional<TfEventsWriter> tensorboard;  // a new event file per invocation (resumed runs too)
   if (root) {
     fs::create_directories(run_dir);
     remove_stale_temporaries(run_dir, "checkpoint");  // leftovers of a crash during a checkpoint write
     write_file_atomic(run_dir / "config.yaml", effective_yaml);
     if (resume) {
-      truncate_metrics(run_dir / "metrics.jsonl", start_step);
+      int64_t kept = 0;
+      metrics.emplace(MetricsLog::resume(run_dir / "metrics.jsonl", start_step, &kept));
+      if (kept < start_step)
+        fmt::print(stderr, "grpo: warning: '{}' held {} step lines for a checkpoint at step {}: steps {}-{} have none\n",
+                   (run_dir / "metrics.jsonl").string(), kept, start_step, kept + 1, start_step);
       truncate_event_files(run_dir, start_step);  // TensorBoard's copy of the metrics, likewise
+    } else {
+      metrics.emplace(MetricsLog::create(run_dir / "metrics.jsonl"));
     }
-    metrics.open(run_dir / "metrics.jsonl", std::ios::app);
     if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
   }
 
@@ -266,6 +286,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   std::string last_validation;  // the progress line's "val acc X @STEP"
   double sum_mult_err = 0, sum_time[6] = {};
   int64_t skipped_total = 0, kv_waited_total = 0;
+  int64_t skipped_in_a_row = 0;  // optimizer steps (grpo.max_consecutive_skipped_steps)
   for (int64_t step = start_step; step < config.grpo_max_num_steps; ++step) {
     Timer step_timer, t;
     // 1. generation
@@ -381,9 +402,17 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
       grad_norm = dist::optimizer_step(comm, optimizer, policy, lr, &t_communication);
       if (!std::isfinite(grad_norm)) {
         ++skipped;
+        ++skipped_in_a_row;
         progress.end_line();
         if (root) fmt::print(stderr, "grpo: warning: step {}: non-finite loss or gradient, optimizer step skipped\n", step + 1);
+        FP8RL_REQUIRE(config.grpo_max_consecutive_skipped_steps == 0 ||
+                          skipped_in_a_row < config.grpo_max_consecutive_skipped_steps,
+                      "grpo: step {}: {} optimizer steps in a row had a non-finite loss or gradient "
+                      "(grpo.max_consecutive_skipped_steps): the run has diverged and stops. Its last checkpoint is "
+                      "whole; lower policy.optimizer.lr or policy.max_grad_norm, and continue with --resume",
+                      step + 1, skipped_in_a_row);
       } else {
+        skipped_in_a_row = 0;
         policy.refresh_weights();
       }
     }
@@ -457,7 +486,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     line["tokens_per_s"] = {{"generation", static_cast<double>(gen_tokens) / t_generation},
                             {"training", static_cast<double>(gen_tokens) / t_training}};
     line["memory"] = {{"peak_rss_gib", gib(peak_rss_bytes())}};  // the process's peak so far (a measurement, like timing)
-    if (root) metrics << line.dump() << "\n" << std::flush;
+    if (metrics) metrics->append(line.dump());
     if (tensorboard) {
       tensorboard->add_scalars(step + 1, unix_time_seconds(), metrics_line_scalars(line));
       tensorboard->flush();

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "model/checkpoint.h"
 #include "tasks/char_tokenizer.h"
@@ -12,28 +14,38 @@ namespace fp8rl {
 namespace fs = std::filesystem;
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const fs::path& dir, std::string_view chat_format,
-                                                const ModelConfig& model) {
+                                                const ModelConfig& model, std::string_view name) {
+  FP8RL_REQUIRE(name == "auto" || name == "char", "tokenizer.name '{}' is not one of auto, char", name);
   std::unique_ptr<Tokenizer> tok;
   std::string source = "the character vocabulary";
-  if (!dir.empty() && fs::exists(dir / "tokenizer.json")) {
+  if (name == "auto" && !dir.empty() &&
+      (fs::exists(dir / "tokenizer.json") || !uses_char_tokenizer(read_hf_config_json(dir)))) {
+    // A model directory speaks its own tokenizer: without it the ids would mean other tokens.
+    FP8RL_REQUIRE(fs::exists(dir / "tokenizer.json"),
+                  "model directory '{}' has no tokenizer.json: copy the model's tokenizer.json there, or set "
+                  "tokenizer.name=char to use fp8rl's character vocabulary (99 ids)",
+                  dir.string());
     source = (dir / "tokenizer.json").string();
     tok = std::make_unique<ChatTokenizer>(ChatTokenizer::load(source, chat_format));
   } else {
     tok = std::make_unique<CharTokenizer>();
   }
-  FP8RL_CHECK(tok->vocab_size() <= model.vocab_size, "{} has {} ids but the model's vocab_size is {}{}", source,
+  FP8RL_REQUIRE(tok->vocab_size() <= model.vocab_size, "{} has {} ids but the model's vocab_size is {}{}", source,
               tok->vocab_size(), model.vocab_size,
               dir.empty() ? std::string() : fmt::format(" ('{}')", (dir / "config.json").string()));
   return tok;
 }
 
 std::unique_ptr<Tokenizer> load_job_tokenizer(const RunConfig& config, const ModelConfig& model) {
-  return load_model_tokenizer(config.model_dir().value_or(""), config.chat_format, model);
+  return load_model_tokenizer(config.model_dir().value_or(""), config.chat_format, model, config.tokenizer_name);
 }
 
 Transformer load_job_model(const RunConfig& config) {
   if (const std::optional<std::string> dir = config.model_dir()) {
-    Transformer model(load_model_config(*dir), config.trainer_policy());
+    const ModelConfig model_config = load_model_config(*dir);
+    // FP32 masters, gradients and the two AdamW moments at the least.
+    check_model_directory(*dir, model_config, 16.0, "training");
+    Transformer model(model_config, config.trainer_policy());
     load_model_weights(*dir, model);
     model.set_activation_checkpointing(config.activation_checkpointing);
     return model;
@@ -69,8 +81,28 @@ void export_job_model(const RunConfig& config, const Transformer& model) {
 }
 
 void export_model_directory(const fs::path& from, const fs::path& to, HfExportFormat format,
-                            const PrecisionPolicy& policy) {
-  Transformer model(load_model_config(from), policy);
+                            const PrecisionPolicy& policy, bool force) {
+  // The target is replaced whole (atomically): never the source, nor a directory holding it, nor
+  // (without --force) a directory the user may still need.
+  std::error_code ec;
+  const fs::path source = fs::weakly_canonical(from, ec), target = fs::weakly_canonical(to, ec);
+  const auto inside = [](const fs::path& p, const fs::path& dir) {
+    const auto [d, _] = std::mismatch(dir.begin(), dir.end(), p.begin(), p.end());
+    return d == dir.end();
+  };
+  FP8RL_REQUIRE(!inside(source, target),
+                "export: the target '{}' {} the source '{}': writing it would destroy what is read; choose another "
+                "directory",
+                to.string(), source == target ? "is" : "contains", from.string());
+  if (fs::exists(to)) {
+    FP8RL_REQUIRE(fs::is_directory(to), "export: the target '{}' exists and is not a directory", to.string());
+    FP8RL_REQUIRE(force || fs::is_empty(to),
+                  "export: the target '{}' exists and is not empty; pass --force to replace it (its files are deleted)",
+                  to.string());
+  }
+  const ModelConfig config = load_model_config(from);
+  check_model_directory(from, config, 8.0, "export");  // FP32 masters and gradients
+  Transformer model(config, policy);
   load_model_weights(from, model);
   export_hf_model(to, model, {format, from});
   fmt::print("exported '{}' ({}) to '{}'\n", from.string(), hf_export_format_name(format), to.string());
@@ -83,7 +115,7 @@ std::vector<std::vector<int32_t>> encode_prompts(const Tokenizer& tokenizer, con
   for (size_t i = 0; i < examples.size(); ++i) {
     out.push_back(tokenizer.encode_prompt(examples[i].prompt));
     const int64_t n = static_cast<int64_t>(out.back().size());
-    FP8RL_CHECK(n + max_new_tokens <= max_seq_len,
+    FP8RL_REQUIRE(n + max_new_tokens <= max_seq_len,
                 "{} example {} ('{}'): its prompt's {} tokens + generation.max_new_tokens {} exceed the model's "
                 "max_seq_len {}",
                 split, i, examples[i].prompt.size() > 60 ? examples[i].prompt.substr(0, 60) + "..." : examples[i].prompt,

@@ -18,6 +18,10 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "model.checkpoint, else a random model of model.preset)");
   s.add("model.checkpoint", &c.model_checkpoint, std::nullopt,
         "checkpoint directory to start from (an fp8rl checkpoint or any model directory model.name takes)");
+  s.add("tokenizer.name", &c.tokenizer_name, "auto",
+        "auto: a model directory's tokenizer.json (required there), the character vocabulary for a random model; "
+        "char: the built-in character vocabulary")
+      .choices({"auto", "char"});
   s.add("tokenizer.chat_format", &c.chat_format, "auto",
         "framing of prompts for a model directory's tokenizer.json (auto: from its special tokens)")
       .choices({"auto", "llama3", "qwen3", "none"});
@@ -70,15 +74,26 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("task.jsonl.prompt_key", &c.jsonl.prompt_key, "prompt", "field of a JSONL line holding the prompt");
   s.add("task.jsonl.answer_key", &c.jsonl.answer_key, "answer",
         "field holding the reference answer (GSM8K-style '... #### 42' keeps what follows the last ####)");
+  s.add("task.jsonl.max_line_bytes", &c.jsonl.max_line_bytes, c.jsonl.max_line_bytes,
+        "longest JSONL line accepted (a longer one is refused before it is parsed)")
+      .at_least(2);
   bind_arithmetic_task_config(s, "task.arithmetic", c.arithmetic);
 
   s.add("sft.max_num_steps", &c.sft_max_num_steps, 300, "SFT optimizer steps").at_least(1);
+  s.add("sft.max_consecutive_skipped_steps", &c.sft_max_consecutive_skipped_steps, 3,
+        "stop the run (exit 1) after this many optimizer steps in a row skipped for a non-finite loss or gradient "
+        "(0: never)")
+      .at_least(0);
   s.add("sft.val_period", &c.sft_val_period, 0, "evaluate every this many SFT steps (0: at the end only)").at_least(0);
   s.add("sft.seed", &c.sft_seed, 1, "seed of the SFT example order").at_least(0);
 
   s.add("grpo.num_prompts_per_step", &c.num_prompts_per_step, 16, "prompts drawn per step").at_least(1);
   s.add("grpo.num_generations_per_prompt", &c.num_generations_per_prompt, 8, "responses per prompt (G)").at_least(1);
   s.add("grpo.max_num_steps", &c.grpo_max_num_steps, 20, "GRPO steps").at_least(1);
+  s.add("grpo.max_consecutive_skipped_steps", &c.grpo_max_consecutive_skipped_steps, 3,
+        "stop the run (exit 1) after this many optimizer steps in a row skipped for a non-finite loss or gradient "
+        "(0: never)")
+      .at_least(0);
   s.add("grpo.val_period", &c.grpo_val_period, 10, "validate every this many steps (0: start and end only)").at_least(0);
   s.add("grpo.seed", &c.grpo_seed, 1, "seed of prompt draws and sampling").at_least(0);
   s.add("grpo.normalize_rewards", &c.advantages.normalize_rewards, true, "divide advantages by the group std + 1e-6");
@@ -183,13 +198,13 @@ EngineOptions RunConfig::engine_options() const {
 }
 
 void RunConfig::validate_grpo() const {
-  FP8RL_CHECK(precision != "fp32", "GRPO runs bf16 or fp8 trainers (policy.precision: fp32 is for reference checks)");
+  FP8RL_REQUIRE(precision != "fp32", "GRPO runs bf16 or fp8 trainers (policy.precision: fp32 is for reference checks)");
   const bool fp8_generation = generation_precision == "fp8" || kv_cache_dtype == "fp8";
-  FP8RL_CHECK(!fp8_generation || loss.use_importance_sampling_correction || allow_fp8_generation_without_is,
+  FP8RL_REQUIRE(!fp8_generation || loss.use_importance_sampling_correction || allow_fp8_generation_without_is,
               "FP8 generation (generation.precision: {}, generation.kv_cache_dtype: {}) needs "
               "loss_fn.use_importance_sampling_correction: true (or loss_fn.allow_fp8_generation_without_is: true)",
               generation_precision, kv_cache_dtype);
-  FP8RL_CHECK(!fp8_kv_attention || kv_cache_dtype == "fp8",
+  FP8RL_REQUIRE(!fp8_kv_attention || kv_cache_dtype == "fp8",
               "policy.fp8_kv_attention: true needs generation.kv_cache_dtype: fp8 (got {})", kv_cache_dtype);
   validate_grpo_loss_config(loss);
 }
@@ -202,18 +217,18 @@ ModelConfig RunConfig::model_config() const {
 }
 
 std::optional<std::string> RunConfig::model_dir() const {
-  FP8RL_CHECK(!(model_name && model_checkpoint), "model.name ('{}') and model.checkpoint ('{}') are both set; keep one",
+  FP8RL_REQUIRE(!(model_name && model_checkpoint), "model.name ('{}') and model.checkpoint ('{}') are both set; keep one",
               *model_name, *model_checkpoint);
   return model_name ? model_name : model_checkpoint;
 }
 
 std::unique_ptr<Task> make_task(const RunConfig& config) {
   if (config.task_name == "jsonl") {
-    FP8RL_CHECK(!config.jsonl.train_path.empty() && !config.jsonl.validation_path.empty(),
+    FP8RL_REQUIRE(!config.jsonl.train_path.empty() && !config.jsonl.validation_path.empty(),
                 "task.name: jsonl needs task.jsonl.train_path and task.jsonl.validation_path");
     return std::make_unique<JsonlTask>(config.jsonl);
   }
-  FP8RL_CHECK(config.task_name == "arithmetic", "unknown task '{}'", config.task_name);
+  FP8RL_REQUIRE(config.task_name == "arithmetic", "unknown task '{}'", config.task_name);
   return std::make_unique<ArithmeticTask>(config.arithmetic);
 }
 

@@ -33,6 +33,7 @@ struct RunConfig {
   std::string model_preset;                     // model.preset
   std::optional<std::string> model_name;        // model.name: a Hugging Face model directory
   std::optional<std::string> model_checkpoint;  // model.checkpoint: start from these weights
+  std::string tokenizer_name;                   // tokenizer.name: auto | char
   std::string chat_format;                      // tokenizer.chat_format
   int64_t model_seed = 0;                       // model.seed: random init when no checkpoint
   int64_t max_seq_len = 0;                      // model.max_seq_len
@@ -63,6 +64,7 @@ struct RunConfig {
 
   // SFT.
   int64_t sft_max_num_steps = 0;  // sft.max_num_steps
+  int64_t sft_max_consecutive_skipped_steps = 0;  // sft.max_consecutive_skipped_steps (0: never stop)
   int64_t sft_val_period = 0;     // sft.val_period (0: only at the end)
   int64_t sft_seed = 0;           // sft.seed: order of training examples
 
@@ -74,6 +76,7 @@ struct RunConfig {
   int64_t num_prompts_per_step = 0;
   int64_t num_generations_per_prompt = 0;
   int64_t grpo_max_num_steps = 0;
+  int64_t grpo_max_consecutive_skipped_steps = 0;  // grpo.max_consecutive_skipped_steps (0: never stop)
   int64_t grpo_val_period = 0;
   int64_t grpo_seed = 0;
   AdvantageConfig advantages;

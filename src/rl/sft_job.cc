@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "io/atomic_file.h"
+#include "io/metrics_log.h"
 #include "io/run_lock.h"
 #include "io/tfevents.h"
 #include "model/checkpoint.h"
@@ -43,7 +44,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   const std::vector<SftExample> train = tokenize_examples(task->train(), tok);
   for (size_t i = 0; i < train.size(); ++i) {
     const size_t n = train[i].prompt.size() + train[i].answer.size() + 1;
-    FP8RL_CHECK(static_cast<int64_t>(n) <= model.config().max_seq_len,
+    FP8RL_REQUIRE(static_cast<int64_t>(n) <= model.config().max_seq_len,
                 "training example {} needs {} tokens (prompt, answer, end), more than the model's max_seq_len {}", i, n,
                 model.config().max_seq_len);
   }
@@ -55,14 +56,14 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   // writes the run directory and prints.
   const bool root = comm.is_root();
   const fs::path run_dir = config.log_dir;
-  std::ofstream metrics;
+  std::optional<MetricsLog> metrics;
   std::optional<TfEventsWriter> tensorboard;
   std::optional<RunDirectoryLock> lock;  // one job at a time in a run directory
   if (root) {
     lock.emplace(run_dir);
     remove_stale_temporaries(run_dir, "checkpoint");
     write_file_atomic(run_dir / "config.yaml", effective_yaml);
-    metrics.open(run_dir / "sft_metrics.jsonl");
+    metrics.emplace(MetricsLog::create(run_dir / "sft_metrics.jsonl"));
     if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
   }
 
@@ -80,7 +81,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   RandomStream order(static_cast<uint64_t>(config.sft_seed), /*stream=*/0);
   const int64_t global = config.train_global_batch_size, micro = std::min(config.train_micro_batch_size, global);
   Timer total;
-  int64_t skipped = 0;
+  int64_t skipped = 0, skipped_in_a_row = 0;
   ProgressLine progress("sft", 0, config.sft_max_num_steps, root && stdout_is_terminal());
   std::string last_validation;  // the progress line's "val acc X @STEP"
   for (int64_t step = 0; step < config.sft_max_num_steps; ++step) {
@@ -95,6 +96,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     const double lr = schedule.lr_at(config.adam.lr, step);
     const SftStepResult r = sft_step(model, optimizer, micro_batches, lr, comm);
     skipped += r.skipped;
+    skipped_in_a_row = r.skipped ? skipped_in_a_row + 1 : 0;
     const double seconds = t.seconds();
     nlohmann::ordered_json line = {{"step", step + 1}, {"loss", r.loss},  {"grad_norm", r.grad_norm},
                                    {"lr", lr},         {"tokens", r.tokens}, {"tokens_per_s", r.tokens / seconds},
@@ -103,7 +105,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     if (config.sft_val_period > 0 && (step + 1) % config.sft_val_period == 0 && !last) {
       line["val_accuracy"] = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
     }
-    if (root) metrics << line.dump() << "\n" << std::flush;
+    if (metrics) metrics->append(line.dump());
     if (tensorboard) {
       tensorboard->add_scalars(step + 1, unix_time_seconds(), metrics_line_scalars(line, "sft/"));
       tensorboard->flush();
@@ -112,6 +114,12 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
       progress.end_line();
       fmt::print(stderr, "sft: warning: step {} skipped (non-finite loss or gradient)\n", step + 1);
     }
+    FP8RL_REQUIRE(config.sft_max_consecutive_skipped_steps == 0 ||
+                      skipped_in_a_row < config.sft_max_consecutive_skipped_steps,
+                  "sft: step {}: {} optimizer steps in a row had a non-finite loss or gradient "
+                  "(sft.max_consecutive_skipped_steps): the run has diverged and stops without a checkpoint; lower "
+                  "policy.optimizer.lr or policy.max_grad_norm",
+                  step + 1, skipped_in_a_row);
     if (line.contains("val_accuracy"))
       last_validation = fmt::format("  val acc {:.3f} @{}", line["val_accuracy"].get<double>(), step + 1);
     if (progress.enabled()) {
@@ -138,7 +146,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
 }
 
 double run_eval_job(const RunConfig& config) {
-  FP8RL_CHECK(config.model_dir().has_value(), "eval needs model.name=DIR or model.checkpoint=DIR");
+  FP8RL_REQUIRE(config.model_dir().has_value(), "eval needs model.name=DIR or model.checkpoint=DIR");
   const std::unique_ptr<Task> task = make_task(config);
   // Forward only: a frozen model (no FP32 masters, no gradients), the same log-probs.
   Transformer model = load_frozen_model(*config.model_dir(), config.trainer_policy());

@@ -62,7 +62,7 @@ std::string arithmetic_answer(int64_t a, char op, int64_t b) {
     case '-': return std::to_string(a - b);
     case '*': return std::to_string(a * b);
   }
-  FP8RL_CHECK(false, "unknown arithmetic operator '{}'", op);
+  FP8RL_REQUIRE(false, "unknown arithmetic operator '{}'", op);
   return "";
 }
 

@@ -8,11 +8,15 @@
 #include <queue>
 
 #include "core/check.h"
+#include "io/input_file.h"
 #include "tasks/pretokenize_llama3.h"
 #include "tasks/unicode_nfc.h"
 
 namespace fp8rl {
 namespace {
+
+// Token ids are below this (config.json's vocab_size is bounded the same way).
+constexpr int64_t kMaxTokenId = int64_t{1} << 22;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -42,13 +46,11 @@ std::array<int, 324> unicode_to_byte() {
 class TokenizerFile {
  public:
   explicit TokenizerFile(const fs::path& path) : path_(path) {
-    std::ifstream in(path, std::ios::binary);
-    FP8RL_CHECK(in, "tokenizer '{}': cannot open the file", path.string());
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = read_input_file(path, "tokenizer", kMaxJsonFileBytes);
     try {
       root_ = json::parse(text);
     } catch (const json::exception& e) {
-      FP8RL_CHECK(false, "tokenizer '{}': not valid JSON ({})", path.string(), e.what());
+      FP8RL_REQUIRE(false, "tokenizer '{}': not valid JSON ({})", path.string(), e.what());
     }
     if (!root_.is_object()) fail("the file", "a JSON object");
   }
@@ -57,7 +59,7 @@ class TokenizerFile {
 
   // Throws Error: "tokenizer 'PATH': KEY: expected WHAT, found FOUND".
   [[noreturn]] void fail(std::string_view key, std::string_view what, const json* found = nullptr) const {
-    FP8RL_CHECK(false, "tokenizer '{}': {}: expected {}{}", path_.string(), key, what,
+    FP8RL_REQUIRE(false, "tokenizer '{}': {}: expected {}{}", path_.string(), key, what,
                 found != nullptr ? fmt::format(", found {}", short_dump(*found)) : std::string());
   }
   void check(bool ok, std::string_view key, std::string_view what, const json* found = nullptr) const {
@@ -153,6 +155,10 @@ BpeTokenizer BpeTokenizer::load(const fs::path& path) try {
     f.check(root.at("decoder").is_object() && root.at("decoder").value("type", "") == "ByteLevel", "decoder",
             "ByteLevel or null", &root.at("decoder"));
 
+  // Truncation and padding change the ids a caller gets; fp8rl does neither.
+  f.require_null(root, "truncation", "truncation");
+  f.require_null(root, "padding", "padding");
+
   const json& model = f.member(root, "model", "model");
   f.check(model.is_object(), "model", "an object", &model);
   const json& type = f.member(model, "type", "model.type");
@@ -171,8 +177,9 @@ BpeTokenizer BpeTokenizer::load(const fs::path& path) try {
   const json& vocab = f.member(model, "vocab", "model.vocab");
   f.check(vocab.is_object() && !vocab.empty(), "model.vocab", "a non-empty object {token: id}");
   const auto set_token = [&](const json& id, std::string bytes, const auto& key) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (int64_t{1} << 30))
-      f.fail(key(), "an integer id in [0, 2^30)", &id);
+    // The bound of config.json's vocab_size: a larger id fits no model, and would size the table.
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxTokenId)
+      f.fail(key(), fmt::format("an integer id in [0, {})", kMaxTokenId), &id);
     if (t.id_to_bytes_.size() <= id.get<size_t>()) t.id_to_bytes_.resize(id.get<size_t>() + 1);
     std::string& slot = t.id_to_bytes_[id.get<size_t>()];
     if (!slot.empty() && slot != bytes) f.fail(key(), "an id that no other token has", &id);
@@ -242,7 +249,8 @@ BpeTokenizer BpeTokenizer::load(const fs::path& path) try {
     f.check(a.is_object() && a.contains("id") && a.at("id").is_number_integer() && a.contains("content") &&
                 a.at("content").is_string() && !a.at("content").get_ref<const std::string&>().empty(),
             key, "{\"id\": integer, \"content\": non-empty string, ...}", &a);
-    for (const char* flag : {"lstrip", "rstrip", "single_word"})
+    // normalized: true matches the token in normalized text; fp8rl matches added tokens verbatim.
+    for (const char* flag : {"lstrip", "rstrip", "single_word", "normalized"})
       f.check(!f.optional(a, flag, key, false), fmt::format("{}.{}", key, flag), "false (not supported)");
     AddedToken token{a.at("content").get<std::string>(), a.at("id").get<int32_t>(),
                      f.optional(a, "special", key + ".special", false)};
@@ -255,7 +263,7 @@ BpeTokenizer BpeTokenizer::load(const fs::path& path) try {
     t.added_by_byte_[static_cast<unsigned char>(t.added_[i].content[0])].push_back(static_cast<int32_t>(i));
   return t;
 } catch (const json::exception& e) {  // a value of another JSON type than the checks above expect
-  FP8RL_CHECK(false, "tokenizer '{}': unexpected JSON ({})", path.string(), e.what());
+  FP8RL_REQUIRE(false, "tokenizer '{}': unexpected JSON ({})", path.string(), e.what());
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool allow_special) const {
@@ -333,7 +341,7 @@ std::vector<int32_t> BpeTokenizer::merge_bytes(std::string_view piece) const {
   std::vector<Symbol> symbols(n);
   for (int32_t i = 0; i < n; ++i) {
     const int32_t id = byte_ids_[static_cast<unsigned char>(piece[i])];
-    FP8RL_CHECK(id >= 0,
+    FP8RL_REQUIRE(id >= 0,
                 "tokenizer: byte 0x{:02X} of pre-token {} has no token (the vocabulary lacks it and "
                 "neither byte_fallback nor unk_token covers it)",
                 static_cast<unsigned char>(piece[i]),
@@ -371,7 +379,7 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids) const {
   std::string text;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
-    FP8RL_CHECK(is_token(id),
+    FP8RL_REQUIRE(is_token(id),
                 "token id {} at position {} is no token of this tokenizer (vocab_size {})", id, i, vocab_size());
     text += id_to_bytes_[id];
   }

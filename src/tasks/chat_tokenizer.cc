@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "core/check.h"
+#include "tasks/utf8.h"
 
 namespace fp8rl {
 
@@ -50,11 +51,11 @@ ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string
   } else if (format == "qwen3") {
     f = ChatFormat::kQwen3;
   } else {
-    FP8RL_CHECK(format == "none", "tokenizer.chat_format '{}' is not one of auto, llama3, qwen3, none", format);
+    FP8RL_REQUIRE(format == "none", "tokenizer.chat_format '{}' is not one of auto, llama3, qwen3, none", format);
   }
   auto id = [&](std::string_view token) {
     const int32_t i = t.bpe_.token_id(token);
-    FP8RL_CHECK(i >= 0, "tokenizer '{}': the {} chat format needs the token '{}', which the vocabulary lacks",
+    FP8RL_REQUIRE(i >= 0, "tokenizer '{}': the {} chat format needs the token '{}', which the vocabulary lacks",
                 path.string(), chat_format_name(f), token);
     return i;
   };
@@ -62,7 +63,7 @@ ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string
     if (has("<|begin_of_text|>")) t.before_prompt_ = "<|begin_of_text|>";
     for (const char* token : {"<|end_of_text|>", "<|endoftext|>", "</s>"})
       if (t.eos_ < 0 && has(token)) t.eos_ = id(token);
-    FP8RL_CHECK(t.eos_ >= 0, "tokenizer '{}': no end-of-text token (<|end_of_text|>, <|endoftext|> or </s>)",
+    FP8RL_REQUIRE(t.eos_ >= 0, "tokenizer '{}': no end-of-text token (<|end_of_text|>, <|endoftext|> or </s>)",
                 path.string());
   } else {
     const Framing& fr = *std::find_if(std::begin(kFramings), std::end(kFramings),
@@ -77,12 +78,38 @@ ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string
   return t;
 }
 
-std::vector<int32_t> ChatTokenizer::encode_prompt(std::string_view prompt) const {
-  if (format_ == ChatFormat::kLlama3) {  // Llama 3's template trims the message (`| trim`)
-    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
-    while (!prompt.empty() && space(prompt.front())) prompt.remove_prefix(1);
-    while (!prompt.empty() && space(prompt.back())) prompt.remove_suffix(1);
+namespace {
+
+bool is_python_space(char32_t c) {
+  // The characters for which Python's str.isspace() is true (bidirectional class WS, B or S, or
+  // category Zs): what Jinja's `trim`, i.e. str.strip(), removes.
+  switch (c) {
+    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x1C: case 0x1D: case 0x1E: case 0x1F: case 0x20:
+    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+      return true;
+    default:
+      return c >= 0x2000 && c <= 0x200A;
   }
+}
+
+}  // namespace
+
+std::string_view trim_like_python(std::string_view text) {
+  size_t begin = text.size(), end = 0;  // of the first and past the last character that is not space
+  for (size_t i = 0; i < text.size();) {
+    const auto [cp, len] = decode_utf8(text, i);
+    const size_t n = len > 0 ? static_cast<size_t>(len) : 1;  // a stray byte is not space
+    if (len == 0 || !is_python_space(cp)) {
+      begin = std::min(begin, i);
+      end = i + n;
+    }
+    i += n;
+  }
+  return begin < end ? text.substr(begin, end - begin) : std::string_view();
+}
+
+std::vector<int32_t> ChatTokenizer::encode_prompt(std::string_view prompt) const {
+  if (format_ == ChatFormat::kLlama3) prompt = trim_like_python(prompt);  // the template's `| trim`
   return bpe_.encode(before_prompt_ + std::string(prompt) + after_prompt_, /*allow_special=*/true);
 }
 

@@ -5,7 +5,8 @@
 // <|start_header_id|>, qwen3 when it has <|im_start|>, else none):
 //   llama3  <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>
 //           <|start_header_id|>assistant<|end_header_id|>\n\n          response ends: <|eot_id|>
-//           (Llama 3.0's template: the prompt trimmed of surrounding whitespace, no system
+//           (Llama 3.0's template: the prompt trimmed as Python's str.strip() does, Unicode
+//           spaces such as U+00A0 and U+3000 included (trim_like_python), no system
 //           message; 3.1+ templates add a dated system turn)
 //   qwen3   <|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n
 //                                                                      response ends: <|im_end|>
@@ -27,6 +28,10 @@
 namespace fp8rl {
 
 enum class ChatFormat : uint8_t { kNone, kLlama3, kQwen3 };
+
+// `text` without the leading and trailing characters that Python's str.isspace() calls space
+// (what Jinja's `trim` filter, hence the Llama 3 chat template, removes).
+std::string_view trim_like_python(std::string_view text);
 const char* chat_format_name(ChatFormat format);
 
 class ChatTokenizer final : public Tokenizer {

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "io/input_file.h"
 
 namespace fp8rl {
 
@@ -88,12 +89,12 @@ double jsonl_reward(std::string_view reference, std::string_view response) {
 }
 
 std::vector<Example> read_jsonl_examples(const std::string& path, const std::string& prompt_key,
-                                         const std::string& answer_key) {
-  std::ifstream in(path);
-  FP8RL_CHECK(in.good(), "dataset '{}': cannot open the file", path);
+                                         const std::string& answer_key, int64_t max_line_bytes) {
+  InputFile in(path, "dataset");
   std::vector<Example> out;
   std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  while (in.read_line(line, static_cast<uint64_t>(max_line_bytes), "task.jsonl.max_line_bytes")) {
+    const int64_t number = in.line_number();
     if (trim(line).empty()) continue;
     nlohmann::json j;
     try {
@@ -102,19 +103,19 @@ std::vector<Example> read_jsonl_examples(const std::string& path, const std::str
       throw Error(fmt::format("dataset '{}' line {}: not valid JSON ({})", path, number, e.what()));
     }
     const bool answer_ok = j.is_object() && j.contains(answer_key) && (j[answer_key].is_string() || j[answer_key].is_number());
-    FP8RL_CHECK(j.is_object() && j.contains(prompt_key) && j[prompt_key].is_string() && answer_ok,
+    FP8RL_REQUIRE(j.is_object() && j.contains(prompt_key) && j[prompt_key].is_string() && answer_ok,
                 "dataset '{}' line {}: expected an object with a string field \"{}\" and a string or number field "
                 "\"{}\", got {}",
                 path, number, prompt_key, answer_key, line.size() > 120 ? line.substr(0, 120) + "..." : line);
     const nlohmann::json& a = j[answer_key];
     out.push_back({j[prompt_key].get<std::string>(), a.is_string() ? a.get<std::string>() : a.dump()});
   }
-  FP8RL_CHECK(!out.empty(), "dataset '{}': no examples", path);
+  FP8RL_REQUIRE(!out.empty(), "dataset '{}': no examples", path);
   return out;
 }
 
 JsonlTask::JsonlTask(const JsonlTaskConfig& config)
-    : train_(read_jsonl_examples(config.train_path, config.prompt_key, config.answer_key)),
-      validation_(read_jsonl_examples(config.validation_path, config.prompt_key, config.answer_key)) {}
+    : train_(read_jsonl_examples(config.train_path, config.prompt_key, config.answer_key, config.max_line_bytes)),
+      validation_(read_jsonl_examples(config.validation_path, config.prompt_key, config.answer_key, config.max_line_bytes)) {}
 
 }  // namespace fp8rl

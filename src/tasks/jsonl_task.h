@@ -7,10 +7,13 @@
 // both parse as numbers (so "12", "12.0", "+12" match, and "1,234" matches "1234"), else as
 // trimmed text.
 //
-// Bad files end with one Error naming the file and the line: unreadable file, invalid JSON, a
-// line that is not an object with string fields "prompt" and "answer", an empty split.
+// Bad files end with one Error naming the file and the line: unreadable file, not a regular file
+// (a directory, a FIFO), a line longer than task.jsonl.max_line_bytes (refused as soon as that
+// many bytes are read, before it is parsed), invalid JSON, a line that is not an object with
+// string fields "prompt" and "answer", an empty split.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +27,7 @@ struct JsonlTaskConfig {
   std::string validation_path;  // task.jsonl.validation_path
   std::string prompt_key = "prompt";  // task.jsonl.prompt_key
   std::string answer_key = "answer";  // task.jsonl.answer_key
+  int64_t max_line_bytes = int64_t{1} << 20;  // task.jsonl.max_line_bytes
 };
 
 // The final answer of a response: the last \boxed{...} (nested braces allowed), else the last
@@ -37,7 +41,8 @@ double jsonl_reward(std::string_view reference, std::string_view response);
 std::string reference_final_answer(std::string_view reference);
 
 std::vector<Example> read_jsonl_examples(const std::string& path, const std::string& prompt_key = "prompt",
-                                         const std::string& answer_key = "answer");
+                                         const std::string& answer_key = "answer",
+                                         int64_t max_line_bytes = JsonlTaskConfig{}.max_line_bytes);
 
 class JsonlTask final : public Task {
  public:

@@ -160,7 +160,7 @@ TEST(BpeTokenizer, MalformedFilesAreErrorsNamingTheFileAndTheKey) {
        "model.merges[0]: expected \"a b\" or [\"a\", \"b\"] (two tokens), found [\"a\"]"},
       {with("/model/merges", json::array({"c a"})), "model.merges[0]: expected the joined tokens in model.vocab"},
       {with("/model/merges", 3), "model.merges: expected an array, found 3"},
-      {with("/model/vocab/d", "x"), "model.vocab[\"d\"]: expected an integer id in [0, 2^30), found \"x\""},
+      {with("/model/vocab/d", "x"), "model.vocab[\"d\"]: expected an integer id in [0, 4194304), found \"x\""},
       {with("/model/vocab/d", 0), "model.vocab[\"d\"]: expected an id that no other token has, found 0"},
       {with("/model/vocab/\u4e2d", 7), "model.vocab[\"\u4e2d\"]: expected byte-level text"},
       {with("/model/dropout", 0.1), "model.dropout: expected null (not supported), found 0.1"},

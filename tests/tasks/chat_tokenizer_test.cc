@@ -6,15 +6,19 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 
 #include "core/check.h"
 #include "tests/io/test_temp_dir.h"
 #include "tests/tasks/byte_level_toy.h"
 #include "tasks/chat_tokenizer.h"
+#include "tasks/utf8.h"
 
 namespace fp8rl {
 namespace {
@@ -123,6 +127,37 @@ TEST(ChatTokenizer, AFramingTheVocabularyLacksIsAnErrorNamingFileAndToken) {
   EXPECT_THAT(message("chatml"), HasSubstr("not one of auto, llama3, qwen3, none"));
   EXPECT_EQ(ChatTokenizer::load(path, "auto").format(), ChatFormat::kNone);
   EXPECT_EQ(ChatTokenizer::load(path, "auto").eos(), 256);
+}
+
+}  // namespace
+}  // namespace fp8rl
+
+namespace fp8rl {
+namespace {
+
+// Llama 3's template trims the prompt with Jinja's `trim`, i.e. Python's str.strip(): the spaces
+// are those of str.isspace(), asked of Debian's /usr/bin/python3 for every code point.
+TEST(ChatTokenizer, Llama3TrimRemovesWhatPythonsStripRemoves) {
+  std::FILE* p = ::popen("/usr/bin/python3 -c 'print(\" \".join(str(c) for c in range(0x110000) if chr(c).isspace()))' "
+                         "2> /dev/null", "r");
+  std::string out;
+  char buf[4096];
+  while (p != nullptr && std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  if (p == nullptr || ::pclose(p) != 0 || out.empty()) GTEST_SKIP() << "/usr/bin/python3 is not available";
+  std::set<char32_t> python_spaces;
+  std::istringstream in(out);
+  for (uint32_t c; in >> c;) python_spaces.insert(c);
+  ASSERT_GE(python_spaces.size(), 25u);
+  for (char32_t c = 0; c < 0x110000; ++c) {
+    if (c >= 0xD800 && c <= 0xDFFF) continue;
+    std::string ch;
+    append_utf8(ch, c);
+    const std::string text = ch + "x" + ch + "y" + ch + ch;
+    const std::string want = python_spaces.contains(c) ? "x" + ch + "y" : text;
+    ASSERT_EQ(std::string(trim_like_python(text)), want) << "U+" << std::hex << static_cast<uint32_t>(c);
+  }
+  EXPECT_EQ(trim_like_python(" \u00a0\u3000 "), "");
+  EXPECT_EQ(trim_like_python("\xff "), "\xff");  // a stray byte is not space
 }
 
 }  // namespace
