@@ -88,10 +88,17 @@ void parse_entry(const fs::path& path, const json& entry, uint64_t buffer_bytes,
   if (shape_it->size() > static_cast<size_t>(kMaxDims))
     fail(path, fmt::format("tensor '{}': shape {} has rank {}, fp8rl supports at most {}", name, shape_it->dump(),
                            shape_it->size(), kMaxDims));
+  // The product of the non-zero sizes must fit an int64 (the element count of any slice of the
+  // tensor), even when a zero size makes the tensor empty.
+  uint64_t nonzero_numel = 1;
   for (const json& d : *shape_it) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
       fail(path, fmt::format("tensor '{}': shape {} must hold non-negative integers", name, shape_it->dump()));
-    info.shape.dims[static_cast<size_t>(info.shape.rank++)] = d.get<int64_t>();
+    const uint64_t size = d.get<uint64_t>();
+    if (size > 0 && nonzero_numel > static_cast<uint64_t>(INT64_MAX) / size)
+      fail(path, fmt::format("tensor '{}': shape {} has more elements than an int64 counts", name, shape_it->dump()));
+    if (size > 0) nonzero_numel *= size;
+    info.shape.dims[static_cast<size_t>(info.shape.rank++)] = static_cast<int64_t>(size);
   }
 
   const auto offsets_it = entry.find("data_offsets");
@@ -191,7 +198,8 @@ void SafetensorsWriter::write(const fs::path& path) const {
   for (int i = 0; i < 8; ++i) length_le[i] = static_cast<uint8_t>(static_cast<uint64_t>(header_text.size()) >> (8 * i));
   out.write(length_le, sizeof length_le);
   out.write(header_text);
-  for (const auto& [name, view] : tensors_) {
+  for (const auto& entry : tensors_) {
+    const TensorView& view = entry.second;  // named, not a structured binding: the lambda below captures it
     const size_t bytes = static_cast<size_t>(view.numel()) * dtype_size(view.dtype);
     if (bytes == 0) continue;
     if (view.is_contiguous()) {
@@ -244,7 +252,7 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   json header;
   try {
     header = json::parse(header_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number beyond double's range
     fail(path, fmt::format("header is not valid JSON: {}", e.what()));
   }
   if (!header.is_object()) fail(path, fmt::format("header must be a JSON object, found a {}", header.type_name()));

@@ -56,6 +56,7 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
     return v.get<int64_t>();
   };
   auto number = [&](const nlohmann::json& obj, const char* key) {
+    FP8RL_REQUIRE(obj.contains(key), "{}: missing key '{}'", source, key);
     const nlohmann::json& v = obj.at(key);
     FP8RL_REQUIRE(v.is_number(), "{}: key '{}' must be a number, got {}", source, key, v.dump());
     return v.get<double>();

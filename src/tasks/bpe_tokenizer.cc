@@ -185,7 +185,9 @@ BpeTokenizer BpeTokenizer::load(const fs::path& path) try {
     if (!slot.empty() && slot != bytes) f.fail(key(), "an id that no other token has", &id);
     slot = std::move(bytes);
   };
-  for (const auto& [token, id] : vocab.items()) {
+  for (const auto& item : vocab.items()) {
+    const std::string& token = item.key();  // named, not a structured binding: lambdas capture them
+    const json& id = item.value();
     const auto key = [&] { return fmt::format("model.vocab[{}]", json(token).dump()); };
     if (token.empty()) f.fail(key(), "a non-empty token");
     std::string bytes = f.to_bytes(token, key);

@@ -170,6 +170,17 @@ TEST(SafetensorsErrors, InvalidJson) {
               HasSubstr("header is not valid JSON"));
   EXPECT_THAT(error_of([&] { SafetensorsFile::open(raw_file(tmp, "[1, 2]", "")); }),
               HasSubstr("header must be a JSON object, found a array"));
+  // Found by fuzz_safetensors: a number beyond double's range used to escape as a JSON exception.
+  EXPECT_THAT(error_of([&] { SafetensorsFile::open(raw_file(tmp, R"({"x": 1e400})", "")); }),
+              HasSubstr("header is not valid JSON"));
+}
+
+TEST(SafetensorsErrors, AnEmptyTensorWhoseOtherSizesOverflowIsRefused) {
+  // Found by fuzz_safetensors: 0 bytes, yet 2^62 x 2 elements per slice overflowed int64 later.
+  TempDir tmp;
+  const auto path = raw_file(tmp, R"({"w":{"dtype":"F32","shape":[4611686018427387904,2,0],"data_offsets":[0,0]}})", "");
+  EXPECT_THAT(error_of([&] { SafetensorsFile::open(path); }),
+              HasSubstr("tensor 'w': shape [4611686018427387904,2,0] has more elements than an int64 counts"));
 }
 
 TEST(SafetensorsErrors, MalformedEntries) {

@@ -347,6 +347,17 @@ TEST(HfModel, MalformedDirectoriesGiveOneErrorNamingFileAndTensorAndLoadNothing)
   EXPECT_THAT(config_error(biased), HasSubstr("rope_scaling type \"yarn\" is not supported"));
   rewrite_config(biased, [](nlohmann::json& j) { j.erase("hidden_size"); });
   EXPECT_THAT(config_error(biased), HasSubstr("missing key 'hidden_size'"));
+  // Found by fuzz_hf_config: a missing number key used to escape as a bare JSON exception.
+  rewrite_config(biased, [](nlohmann::json& j) {
+    j["hidden_size"] = 64;
+    j.erase("rms_norm_eps");
+  });
+  EXPECT_THAT(config_error(biased), HasSubstr("missing key 'rms_norm_eps'"));
+  rewrite_config(biased, [](nlohmann::json& j) {
+    j["rms_norm_eps"] = 1e-6;
+    j["num_hidden_layers"] = 100000;
+  });
+  EXPECT_THAT(config_error(biased), HasSubstr("key 'num_hidden_layers' is 100000, expected 1 to 1024"));
 }
 
 }  // namespace
