@@ -1,5 +1,5 @@
 // The generator's paged KV cache: K and V of every layer for every cached token, in BF16 or in
-// FP8 E4M3 with FP32 scales for K and for V, one per layer (fp8-recipe.md section 6) or one per
+// FP8 E4M3 with FP32 scales for K and for V, one per layer (docs/recipe.md section 6) or one per
 // KV head of each layer (generation.kv_scale_granularity: head).
 //
 // Storage: per layer, a K pool and a V pool of `num_pages` pages of `kPageTokens` tokens, each

@@ -1,4 +1,4 @@
-// Atomic publication of files and directories (DESIGN.md invariant 5: a checkpoint on disk is
+// Atomic publication of files and directories (a checkpoint on disk is
 // always complete).
 //
 // A file is written under a temporary name in the target's directory (`.NAME.tmp-XXXXXX`),

@@ -1,6 +1,6 @@
 // One query row of causal attention, in the fixed order both engines use: the trainer's
 // attention_forward calls it for every row, the generator's decode calls it with keys and values
-// read from its KV cache. Same inputs, same bits (fp8-recipe.md invariant 1).
+// read from its KV cache. Same inputs, same bits (docs/recipe.md section 1: the engines agree exactly).
 //
 // attention_precision fp32 (attention_row):
 //   score[j] = dot(q, k_j) * score_scale          for j in [0, len)

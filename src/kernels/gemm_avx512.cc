@@ -7,7 +7,7 @@
 //     which is the operand layout of vdpbf16ps (lane n of a vector = pair (k, k+1) of column n).
 //   FP8: E4M3 codes are decoded exactly to BF16 while packing (vpermi2b tables), scales packed
 //     as [ceil(kc/128)][tile] f32; the kernel sums each 128-slice of K in 24 zeroed accumulators
-//     and promotes it into C with the two scales (fp8-recipe.md section 4).
+//     and promotes it into C with the two scales (docs/recipe.md section 4).
 //   FP32: A panel [kc][8] f32, B panel [kc][48] f32, vfmadd231ps.
 #include <algorithm>
 #include <climits>

@@ -69,7 +69,7 @@ void kernel_f32(int64_t kc, const void* a_panel, const void* b_panel, const floa
     for (int n = 0; n < kNr; ++n) c[m * ldc + n] = acc[m][n];
 }
 
-// Blockwise FP8 (fp8-recipe.md section 4): each 128-element slice of K is summed from zero, then
+// Blockwise FP8 (docs/recipe.md section 4): each 128-element slice of K is summed from zero, then
 // running = running + slice * (s_a * s_b), the running value living in C between calls.
 void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const float* sa, const float* sb, float* c,
                 int64_t ldc, bool load_c) {

@@ -2,7 +2,7 @@
 //
 // W [N out, K in] is an FP32 master owned by the parameter buffer. `refresh_weights` makes the
 // step's low-precision copy once (BF16, or FP8 in 128x128 blocks with the column-wise copy that
-// dgrad uses); those are the bytes the refit hands to the generator. The GEMMs (fp8-recipe.md
+// dgrad uses); those are the bytes the refit hands to the generator. The GEMMs (docs/recipe.md
 // sections 3-4):
 //   FP32  fprop y = x W^T, dgrad dx = dy W, wgrad dW += dy^T x, all FP32
 //   BF16  the same with x, dy and W rounded to BF16, FP32 accumulation

@@ -1,4 +1,4 @@
-// The per-layer precision policy shared by the trainer and the generator (fp8-recipe.md s.5).
+// The per-layer precision policy shared by the trainer and the generator (docs/recipe.md s.5).
 //
 // Linear layers (q, k, v, o, gate, up, down) run in FP32, BF16 or blockwise FP8. Everything else
 // (embedding, norms, RoPE, SwiGLU, attention, residual adds) takes BF16 inputs and computes in

@@ -465,7 +465,7 @@ Transformer::RowLayout Transformer::batch_layout(const TokenBatch& batch, const 
 
 // Embedding lookup: x[n, :] = E[token[n], :], BF16 like every activation. Padding rows stay
 // exactly zero through the whole network (their attention output is zeroed too), so they never
-// enter the amax of a 128-token block of the FP8 wgrad quantization (fp8-recipe.md section 3).
+// enter the amax of a 128-token block of the FP8 wgrad quantization (docs/recipe.md section 3).
 // A frozen model reads its BF16 (or FP32) copy: the same values as rounding the master.
 void Transformer::embed(float* x, const RowLayout& rows) const {
   const int64_t C = config_.d_model;

@@ -138,7 +138,7 @@ class Transformer {
   // activations): the generator's refit source, [V, C] BF16 when embedding_bf16() is set.
   const bf16_t* embedding_bf16() const;
   // Absolute maxima of q, k (after q/k-norm and RoPE) and v per layer, and per head of each, in
-  // the last forward, over real (non-padding) rows: the KV-cache calibration of fp8-recipe.md
+  // the last forward, over real (non-padding) rows: the KV-cache calibration of docs/recipe.md
   // section 6 (per-head maxima for generation.kv_scale_granularity: head).
   struct QkvAmax {
     float q = 0, k = 0, v = 0;                    // over all heads

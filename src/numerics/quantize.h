@@ -1,4 +1,4 @@
-// Blockwise FP8 quantization and dequantization (fp8-recipe.md section 3).
+// Blockwise FP8 quantization and dequantization (docs/recipe.md section 3).
 //
 // Sources and destinations are 2-D FP32 or BF16 views with unit column stride and any row
 // stride. Every path (AVX-512, portable) is bit-identical to the naive per-tile loop in

@@ -1,4 +1,4 @@
-// The quantizer oracle: a naive loop over tiles that restates fp8-recipe.md section 3 directly
+// The quantizer oracle: a naive loop over tiles that restates docs/recipe.md section 3 directly
 // (float comparisons, frexp for power-of-two scales). It shares nothing with quantize.cc but the
 // scalar codec, and is never optimised.
 #pragma once

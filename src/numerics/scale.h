@@ -1,4 +1,4 @@
-// The scale rule of fp8-recipe.md section 3, shared by every quantizer (trainer and generator,
+// The scale rule of docs/recipe.md section 3, shared by every quantizer (trainer and generator,
 // weights, activations and gradients), so that both engines produce the same bytes.
 //
 // A block with absolute maximum `amax` gets the quantization multiplier

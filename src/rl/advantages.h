@@ -1,4 +1,4 @@
-// Group-relative advantages of GRPO (reference/fp8-recipe.md section 7).
+// Group-relative advantages of GRPO (docs/recipe.md section 7).
 //
 // The rollout holds G responses per prompt, stored consecutively: the rewards of group g are
 // rewards[g*G .. g*G + G). Every response gets one scalar advantage, which the loss broadcasts to

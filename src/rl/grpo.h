@@ -1,4 +1,4 @@
-// `fp8rl train`: the GRPO loop of fp8-recipe.md sections 5-7, one process, synchronous.
+// `fp8rl train`: the GRPO loop of docs/recipe.md sections 5-7, one process, synchronous.
 //
 // Each step: draw grpo.num_prompts_per_step prompts; the generator samples
 // grpo.num_generations_per_prompt responses each; the task's verifier scores them; group

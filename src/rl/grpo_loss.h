@@ -1,6 +1,6 @@
 // The GRPO loss: clipped policy gradient with importance-sampling correction for the
 // generator/trainer mismatch, a KL penalty to the reference policy, and the mismatch metrics
-// (reference/fp8-recipe.md section 7). Pure functions of per-token log-probs: no model here.
+// (docs/recipe.md section 7). Pure functions of per-token log-probs: no model here.
 // The trainer calls grpo_loss() once per micro-batch, backpropagates from d(loss)/d(curr), and
 // sums the returned losses and merges the metric sums over the micro-batches of the global batch.
 //

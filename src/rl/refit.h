@@ -1,5 +1,5 @@
 // The refit: the only place where weights move from the trainer to the generator
-// (fp8-recipe.md section 6).
+// (docs/recipe.md section 6).
 //
 //  1. Weights: every linear's bytes for this step — the trainer's own 128x128 FP8 quantization
 //     when the trainer runs the layer in FP8 (one quantization, two consumers), its BF16 copy
@@ -39,7 +39,7 @@ std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::
 
 // How many Q/K/V scales the FP8 KV cache gets (generation.kv_scale_granularity).
 enum class KvScaleGranularity : uint8_t {
-  kLayer,  // one q, k, v scale per layer (fp8-recipe.md section 6)
+  kLayer,  // one q, k, v scale per layer (docs/recipe.md section 6)
   kHead,   // one k and v scale per KV head; q per KV head's GQA group of query heads
 };
 const char* kv_scale_granularity_name(KvScaleGranularity g);

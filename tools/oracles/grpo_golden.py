@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Golden values for fp8rl's GRPO advantages, loss, loss gradient and metrics (NumPy only).
 
-An independent implementation written from reference/fp8-recipe.md section 7 and the definitions
+An independent implementation written from docs/recipe.md section 7 and the definitions
 stated in src/rl/advantages.h and src/rl/grpo_loss.h (the choices the recipe leaves open), not
 from fp8rl's C++. Everything is computed in float64 on padded [sequences, max_len] arrays with
 masks (the C++ walks flat per-sequence offsets), and the gradient d(loss)/d(curr) is NOT derived

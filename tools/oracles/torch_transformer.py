@@ -22,7 +22,7 @@ Modes reproduce fp8rl's precision policy (src/model/transformer.cc, linear.cc):
   bf16  activations rounded to bfloat16 at the points where fp8rl rounds them; linear operands
         rounded to bfloat16 with float32 accumulation, and dY rounded before dgrad and wgrad
   fp8   as bf16, but the seven linears of every layer run the blockwise FP8 recipe
-        (fp8-recipe.md sections 3-4), emulated here in float ops; the LM head stays BF16
+        (docs/recipe.md sections 3-4), emulated here in float ops; the LM head stays BF16
   bf16attn  bf16 with policy.attention_precision: bf16 (kernels/attention.h): P rounded to
         bfloat16 after the softmax (whose backward uses the rounded P), the gradient reaching
         the attention output (dO) and the one reaching q k^T (dS, scale included) rounded
@@ -160,7 +160,7 @@ def check_e4m3_rounding():
 
 
 # ----------------------------------------------------------------------------------------------
-# Blockwise quantization (fp8-recipe.md section 3) and the FP8 GEMM (section 4).
+# Blockwise quantization (docs/recipe.md section 3) and the FP8 GEMM (section 4).
 
 
 def quantize_blocks(x, block_rows, block_cols):

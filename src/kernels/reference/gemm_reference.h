@@ -30,7 +30,7 @@ void gemm_nn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda,
 void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                   float* C, int64_t ldc, bool accumulate);
 
-// Blockwise FP8 (fp8-recipe.md section 4): C[M,N] = A[M,K] . B[N,K]^T where A is kRows1x128 and
+// Blockwise FP8 (docs/recipe.md section 4): C[M,N] = A[M,K] . B[N,K]^T where A is kRows1x128 and
 // B is kRows1x128 or kBlocks128x128, both quantized along K. For every output element and every
 // 128-wide slice of K: the exact products of the decoded codes are summed in FP32, the slice sum
 // is multiplied by (s_a * s_b) and added to an FP32 accumulator.
