@@ -1,6 +1,7 @@
 // Helpers shared by the test files.
 #pragma once
 
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -27,6 +28,15 @@ inline std::string error_message(const std::function<void()>& fn) {
     return e.what();
   }
   return "(no error)";
+}
+
+// Why the Python oracles cannot run here, or "" when they can: Debian's /usr/bin/python3 with
+// `modules` (e.g. "numpy" or "torch, numpy") importable. Tests that need them skip with this
+// reason, as the Node.js and Chromium oracles do when those are missing.
+inline std::string python_oracle_unavailable(const std::string& modules) {
+  const std::string cmd = "/usr/bin/python3 -c 'import " + modules + "' > /dev/null 2>&1";
+  if (std::system(cmd.c_str()) == 0) return "";
+  return "/usr/bin/python3 cannot import " + modules + " (scripts/setup.sh installs python3-numpy and python3-torch)";
 }
 
 }  // namespace fp8rl::testing

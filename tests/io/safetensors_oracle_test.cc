@@ -9,6 +9,7 @@
 
 #include "io/safetensors.h"
 #include "tests/io/test_temp_dir.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
@@ -24,6 +25,7 @@ std::string hex_of(const Tensor& t) {
 }
 
 TEST(SafetensorsOracle, NumpyReaderAgreesWithOurWriter) {
+  if (const std::string why = testing::python_oracle_unavailable("numpy"); !why.empty()) GTEST_SKIP() << why;
   testing::TempDir tmp;
   std::vector<std::pair<std::string, Tensor>> tensors;
   tensors.emplace_back("w.f32", Tensor(DType::kF32, {5, 3}));
@@ -57,6 +59,7 @@ TEST(SafetensorsOracle, NumpyReaderAgreesWithOurWriter) {
 }
 
 TEST(SafetensorsOracle, OurReaderAgreesWithNumpyWriter) {
+  if (const std::string why = testing::python_oracle_unavailable("numpy"); !why.empty()) GTEST_SKIP() << why;
   testing::TempDir tmp;
   const std::string path = (tmp / "numpy.safetensors").string();
   const std::string cmd = kOracle + " write " + path;

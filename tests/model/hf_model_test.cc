@@ -25,6 +25,7 @@
 #include "io/safetensors.h"
 #include "tests/io/test_temp_dir.h"
 #include "model/checkpoint.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
@@ -110,6 +111,7 @@ MaxError compare(const Outputs& got, const Outputs& want, const TokenBatch& b, i
 constexpr double kTolerance = 1e-4;
 
 TEST(HfModel, LoadsHfDirectoriesLikeThePyTorchReference) {
+  if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;
   testing::TempDir tmp;
   struct Variant {
     const char* name;
@@ -154,6 +156,7 @@ PrecisionPolicy fp8_policy() {
 }
 
 TEST(HfModel, Fp8AndBf16ExportsLoadBackWithBitIdenticalLogprobs) {
+  if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;
   testing::TempDir tmp;
   TokenBatch batch = random_batch(300, {30, 17, 5}, 30, 11);
   write_batch(tmp / "batch.safetensors", batch);
@@ -261,6 +264,7 @@ void rewrite_weights(const fs::path& dir, const std::function<void(std::map<std:
 }
 
 TEST(HfModel, MalformedDirectoriesGiveOneErrorNamingFileAndTensorAndLoadNothing) {
+  if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;
   testing::TempDir tmp;
   Transformer source(export_config(), PrecisionPolicy{});
   source.init_random(3);

@@ -25,6 +25,7 @@
 #include "model/checkpoint.h"
 #include "model/optimizer.h"
 #include "model/transformer.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
@@ -274,6 +275,7 @@ ModeTolerances tolerances(const std::string& mode) {
 class TorchOracle : public ::testing::TestWithParam<std::tuple<Variant, std::string>> {};
 
 TEST_P(TorchOracle, LogprobsGradientsAndAdamWStepsMatchPyTorch) {
+  if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;
   const auto& [variant, mode] = GetParam();
   const OracleResult& oracle = run_oracle(variant);
   ASSERT_TRUE(oracle.error.empty()) << oracle.error;

@@ -14,11 +14,13 @@
 #include "core/rng.h"
 #include "numerics/bf16.h"
 #include "numerics/codec.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
 
 TEST(Bf16TorchOracle, RoundingMatchesPyTorch) {
+  if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;
   std::vector<float> x;
   RandomStream bits(5, 0);
   for (int i = 0; i < 200000; ++i) x.push_back(std::bit_cast<float>(bits.next_u32()));

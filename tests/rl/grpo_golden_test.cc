@@ -24,6 +24,7 @@
 
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
@@ -84,6 +85,7 @@ bool close(double got, double want, double abs_tol, double rel_tol) {
 class GrpoGolden : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    if (const std::string why = testing::python_oracle_unavailable("numpy"); !why.empty()) GTEST_SKIP() << why;
     const auto path = std::filesystem::temp_directory_path() / ("fp8rl_grpo_golden_" + std::to_string(::getpid()) + ".json");
     const std::string cmd = "/usr/bin/python3 " FP8RL_SOURCE_DIR "/tools/oracles/grpo_golden.py " + path.string();
     const int rc = std::system(cmd.c_str());

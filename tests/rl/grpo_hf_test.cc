@@ -18,6 +18,7 @@
 #include "rl/grpo.h"
 #include "tests/io/test_temp_dir.h"
 #include "tests/tasks/byte_level_toy.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
@@ -33,6 +34,7 @@ std::vector<float> logprobs_of(const fs::path& dir, const PrecisionPolicy& polic
 }
 
 TEST(GrpoFromHfDirectory, WritesAHfDirectoryAndAnFp8ExportThatLoadBackWithTheSameLogprobs) {
+  if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;
   testing::TempDir tmp;
   const fs::path model_dir = tmp / "llama", run = tmp / "run";
   const std::string make = "/usr/bin/python3 " FP8RL_SOURCE_DIR "/tools/oracles/hf_reference.py make-checkpoint " +

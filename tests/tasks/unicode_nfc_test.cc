@@ -21,6 +21,7 @@
 #include "core/rng.h"
 #include "tasks/pretokenize_llama3.h"
 #include "tests/io/test_temp_dir.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
@@ -180,6 +181,7 @@ std::vector<std::string> random_corpus(size_t count) {
 }
 
 TEST(UnicodeNfc, AgreesWithPythonUnicodedata) {
+  if (const std::string why = testing::python_oracle_unavailable("unicodedata"); !why.empty()) GTEST_SKIP() << why;
   const std::vector<std::string> corpus = random_corpus(5000);
   testing::TempDir tmp;
   std::string joined;
