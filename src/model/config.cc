@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/check.h"
 
 namespace fp8rl {
@@ -12,8 +14,11 @@ void ModelConfig::validate() const {
   FP8RL_REQUIRE(n_heads > 0 && n_kv_heads > 0 && n_heads % n_kv_heads == 0,
               "model config: n_heads ({}) must be a positive multiple of n_kv_heads ({})", n_heads, n_kv_heads);
   FP8RL_REQUIRE(head_dim > 0 && head_dim % 2 == 0, "model config: head_dim must be even and > 0, got {}", head_dim);
-  FP8RL_REQUIRE(rope_theta > 0, "model config: rope_theta must be > 0, got {}", rope_theta);
-  FP8RL_REQUIRE(norm_eps > 0, "model config: norm_eps must be > 0, got {}", norm_eps);
+  FP8RL_REQUIRE(rope_theta > 0 && std::isfinite(rope_theta), "model config: rope_theta must be finite and > 0, got {}",
+                rope_theta);
+  // As an FP32 number (1e306 in a config.json reads as infinity): the norms add it to a mean square.
+  FP8RL_REQUIRE(norm_eps > 0 && norm_eps <= 1, "model config: norm_eps (rms_norm_eps) must be in (0, 1], got {}",
+                norm_eps);
 }
 
 ModelConfig model_preset(std::string_view name, int64_t vocab_size) {

@@ -357,6 +357,11 @@ TEST(HfModel, MalformedDirectoriesGiveOneErrorNamingFileAndTensorAndLoadNothing)
     j.erase("rms_norm_eps");
   });
   EXPECT_THAT(config_error(biased), HasSubstr("missing key 'rms_norm_eps'"));
+  rewrite_config(biased, [](nlohmann::json& j) {  // found by fuzz_hf_config: infinite as an FP32 number
+    j["rms_norm_eps"] = 1e306;
+    j.erase("rope_scaling");
+  });
+  EXPECT_THAT(config_error(biased), HasSubstr("norm_eps (rms_norm_eps) must be in (0, 1], got inf"));
   rewrite_config(biased, [](nlohmann::json& j) {
     j["rms_norm_eps"] = 1e-6;
     j["num_hidden_layers"] = 100000;
