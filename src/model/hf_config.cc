@@ -106,6 +106,11 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
   c.n_kv_heads = j.contains("num_key_value_heads") ? size("num_key_value_heads", 1024) : c.n_heads;
   c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? size("head_dim", 1024)
                                                                   : c.d_model / std::max<int64_t>(1, c.n_heads);
+  // Found by fuzz_hf_config: the derived head_dim must meet the bound an explicit one meets (an
+  // export writes it out).
+  FP8RL_REQUIRE(c.head_dim >= 1 && c.head_dim <= 1024,
+                "{}: head_dim (hidden_size / num_attention_heads, as no head_dim is given) is {}, expected 1 to 1024",
+                source, c.head_dim);
   c.max_seq_len = size("max_position_embeddings", int64_t{1} << 21);
   c.norm_eps = static_cast<float>(number(j, "rms_norm_eps"));
   c.rope_theta = j.contains("rope_theta") ? number(j, "rope_theta") : 10000.0;

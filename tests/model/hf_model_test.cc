@@ -362,6 +362,14 @@ TEST(HfModel, MalformedDirectoriesGiveOneErrorNamingFileAndTensorAndLoadNothing)
     j.erase("rope_scaling");
   });
   EXPECT_THAT(config_error(biased), HasSubstr("norm_eps (rms_norm_eps) must be in (0, 1], got inf"));
+  rewrite_config(biased, [](nlohmann::json& j) {  // found by fuzz_hf_config: a derived head_dim of 2048
+    j["rms_norm_eps"] = 1e-6;
+    j["hidden_size"] = 2048;
+    j["num_attention_heads"] = 1;
+    j["num_key_value_heads"] = 1;
+    j.erase("head_dim");
+  });
+  EXPECT_THAT(config_error(biased), HasSubstr("head_dim (hidden_size / num_attention_heads, as no head_dim is given) is 2048"));
   rewrite_config(biased, [](nlohmann::json& j) {
     j["rms_norm_eps"] = 1e-6;
     j["num_hidden_layers"] = 100000;
