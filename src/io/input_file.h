@@ -1,7 +1,8 @@
 // Reading a user's file without hanging, exhausting memory or misreading it.
 //
 // Every file a job reads on a user's say-so (recipes, config.json, tokenizer.json, datasets,
-// safetensors shards, checkpoint state, metrics) is opened here: without blocking (a FIFO or a
+// checkpoint state, the metrics file a resume cuts back) is opened here (safetensors shards by
+// the same rule in io/safetensors.cc): without blocking (a FIFO or a
 // device named by mistake is refused instead of waiting forever), checked to be a regular file (a
 // directory gets "is a directory", not "no examples"), and read with a size limit that the
 // caller states (a 50 MB line in a dataset is refused when the limit is reached, before it is
