@@ -32,13 +32,13 @@ void run_attention_cases(const BenchOptions& options, double bandwidth_gbps, con
   const int64_t stride = kKvHeads * kD, pages = kHeadContexts / kKvHeads * (kContext / kPage);
   std::vector<float> q(static_cast<size_t>(kGroup * kD)), out(q.size()), probs(static_cast<size_t>(kGroup * kContext));
   fill_normal(q.data(), static_cast<int64_t>(q.size()), 0.0f, 1.0f, 41, 0);
-  for (const KvElement element : {KvElement::kBF16, KvElement::kE4M3}) {
-    const int64_t bytes = kv_element_bytes(element), page_bytes = kPage * stride * bytes;
+  for (const DType element : {DType::kBF16, DType::kE4M3}) {
+    const int64_t bytes = dtype_bytes(element), page_bytes = kPage * stride * bytes;
     AlignedBuffer<uint8_t> k(static_cast<size_t>(pages * page_bytes)), v(k.size());
     for (int64_t i = 0; i < pages * kPage * stride; ++i) {
       const float x = 2.0f * uniform_from_bits(random_u32(42, 0, static_cast<uint64_t>(i))) - 1.0f;
       const float y = 2.0f * uniform_from_bits(random_u32(42, 1, static_cast<uint64_t>(i))) - 1.0f;
-      if (element == KvElement::kBF16) {
+      if (element == DType::kBF16) {
         reinterpret_cast<bf16_t*>(k.data())[i] = f32_to_bf16(x);
         reinterpret_cast<bf16_t*>(v.data())[i] = f32_to_bf16(y);
       } else {
@@ -56,7 +56,7 @@ void run_attention_cases(const BenchOptions& options, double bandwidth_gbps, con
       }
     for (const bool bf16 : {false, true})
       for (const Isa isa : isas) {
-        const std::string name = fmt::format("attention_decode_{}_kv_{}", element == KvElement::kBF16 ? "bf16" : "e4m3",
+        const std::string name = fmt::format("attention_decode_{}_kv_{}", element == DType::kBF16 ? "bf16" : "e4m3",
                                              bf16 ? "bf16" : "fp32");
         if (!wanted(fmt::format("{}/ctx{}/{}/1", name, kContext, isa_name(isa)))) continue;
         const double seconds = time_median(

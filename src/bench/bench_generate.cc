@@ -136,7 +136,7 @@ struct BenchEngine {
 // An engine for `config` with random weights (seed 1, the trainer's init) handed over by the
 // refit, as in the GRPO loop; with an FP8 KV cache, the Q/K/V scales are calibrated on a trainer
 // forward over one random prompt.
-BenchEngine engine_from_trainer(const ModelConfig& config, Precision linear, KvDtype kv, int64_t kv_cache_bytes) {
+BenchEngine engine_from_trainer(const ModelConfig& config, Precision linear, DType kv, int64_t kv_cache_bytes) {
   PrecisionPolicy policy;
   policy.linear = linear;
   policy.attention = Precision::kBF16;  // the GRPO presets' attention_precision
@@ -153,7 +153,7 @@ BenchEngine engine_from_trainer(const ModelConfig& config, Precision linear, KvD
   eo.max_num_seqs = 64;
   e.engine = std::make_unique<GenerationEngine>(config, policy, eo);
   refit_generator_weights(weights, *e.engine);
-  if (kv == KvDtype::kFP8) {
+  if (kv == DType::kE4M3) {
     const int64_t T = std::min<int64_t>(64, config.max_seq_len);
     TokenBatch batch = TokenBatch::empty(1, T, CharTokenizer::kPad);
     batch.tokens = random_prompts(1, T, config.vocab_size, 5)[0];
@@ -302,8 +302,8 @@ void run_capacity_case(const GenerateBenchSetup& s, const BenchOptions& options)
   const int64_t bf16_page_bytes = 2 * c.n_layers * c.kv_dim() * 2 * kPageTokens;
   const int64_t budget = s.budget_bf16_sequences * pages * bf16_page_bytes;
   const int64_t sequences = 2 * s.budget_bf16_sequences;
-  auto kv_bf16 = engine_from_trainer(c, Precision::kBF16, KvDtype::kBF16, budget);
-  auto kv_fp8 = engine_from_trainer(c, Precision::kBF16, KvDtype::kFP8, budget);
+  auto kv_bf16 = engine_from_trainer(c, Precision::kBF16, DType::kBF16, budget);
+  auto kv_fp8 = engine_from_trainer(c, Precision::kBF16, DType::kE4M3, budget);
   const auto prompts = random_prompts(sequences, prompt_tokens, c.vocab_size, 400);
   // Each run prefills every prompt again (seconds); no warm-up round, fewer rounds.
   const std::vector<RunTimes> t = rounds({[&] { return run_generate(*kv_bf16, prompts, 1, s.long_new_tokens); },
@@ -363,8 +363,8 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
                                      s.long_context + s.long_samples * (s.long_new_tokens + kPageTokens)) +
                             4 * kPageTokens;
   const int64_t kv_bytes = kv_tokens * 2 * c.n_layers * c.kv_dim() * 2;
-  auto bf16 = engine_from_trainer(c, Precision::kBF16, KvDtype::kBF16, kv_bytes);
-  auto fp8 = engine_from_trainer(c, Precision::kFP8, KvDtype::kBF16, kv_bytes);
+  auto bf16 = engine_from_trainer(c, Precision::kBF16, DType::kBF16, kv_bytes);
+  auto fp8 = engine_from_trainer(c, Precision::kFP8, DType::kBF16, kv_bytes);
 
   // Decode at 1, 8, 64 sequences, BF16 vs FP8 weights.
   double bf16_at_peer = 0, fp8_at_peer = 0;
@@ -443,8 +443,8 @@ void run_generate_bench(const BenchOptions& options, bool quick) {
 
   // Long context: G samples of one long prompt (shared pages), BF16 linears, BF16 vs FP8 KV.
   if (options.wants("long")) {
-    auto kv_bf16 = engine_from_trainer(c, Precision::kBF16, KvDtype::kBF16, kv_bytes);
-    auto kv_fp8 = engine_from_trainer(c, Precision::kBF16, KvDtype::kFP8, kv_bytes);
+    auto kv_bf16 = engine_from_trainer(c, Precision::kBF16, DType::kBF16, kv_bytes);
+    auto kv_fp8 = engine_from_trainer(c, Precision::kBF16, DType::kE4M3, kv_bytes);
     const auto prompts = random_prompts(1, s.long_context, c.vocab_size, 300);
     // Each run prefills the long prompt again (seconds); no warm-up round, fewer rounds.
     const std::vector<RunTimes> t =

@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     if (*export_cmd) {
       if (export_pow2) export_policy.weight_scale_format = fp8rl::ScaleFormat::kPow2;
       fp8rl::export_model_directory(export_from, export_to,
-                                    export_format == "fp8" ? fp8rl::HfExportFormat::kFP8 : fp8rl::HfExportFormat::kBF16,
+                                    export_format == "fp8" ? fp8rl::DType::kE4M3 : fp8rl::DType::kBF16,
                                     export_policy, export_force);
     }
     if (*demo) fp8rl::cli::run_demo(demo_elements);

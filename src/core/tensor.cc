@@ -8,29 +8,6 @@
 
 namespace fp8rl {
 
-size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kE4M3: return 1;
-    case DType::kI32: return 4;
-    case DType::kU8: return 1;
-  }
-  FP8RL_CHECK(false, "unknown dtype {}", static_cast<int>(dtype));
-  return 0;
-}
-
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kE4M3: return "e4m3";
-    case DType::kI32: return "i32";
-    case DType::kU8: return "u8";
-  }
-  return "?";
-}
-
 Shape::Shape(std::initializer_list<int64_t> d) {
   FP8RL_CHECK(d.size() <= kMaxDims, "shape has {} dims, at most {} supported", d.size(), kMaxDims);
   for (int64_t v : d) {

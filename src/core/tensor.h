@@ -11,19 +11,10 @@
 #include <string>
 
 #include "core/aligned_buffer.h"
+#include "core/dtype.h"
 
 namespace fp8rl {
 
-enum class DType : uint8_t {
-  kF32,   // IEEE binary32
-  kBF16,  // bfloat16, stored as uint16_t bit patterns
-  kE4M3,  // OCP FP8 E4M3 "FN", stored as uint8_t codes
-  kI32,
-  kU8,
-};
-
-size_t dtype_size(DType dtype);
-const char* dtype_name(DType dtype);
 
 inline constexpr int kMaxDims = 4;
 

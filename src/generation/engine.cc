@@ -157,7 +157,7 @@ void GenerationEngine::release_memory() {
 }
 
 void GenerationEngine::set_kv_scales(const std::vector<QkvScales>& scales) {
-  kv_.set_scales(scales, options_.kv_dtype == KvDtype::kFP8 && options_.fp8_attention);
+  kv_.set_scales(scales, options_.kv_dtype == DType::kE4M3 && options_.fp8_attention);
 }
 
 // From how many rows a linear runs as one GEMM instead of GEMV calls of 16 rows each (same row
@@ -236,7 +236,7 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
   const int64_t R = static_cast<int64_t>(rows.size());
   const int64_t C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
   const int64_t D = config_.head_dim, QD = config_.q_dim(), KD = config_.kv_dim(), group = Hq / Hkv;
-  const bool fp8_kv = options_.kv_dtype == KvDtype::kFP8;
+  const bool fp8_kv = options_.kv_dtype == DType::kE4M3;
   const bool fp8_attention = fp8_kv && options_.fp8_attention;
   const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
 
@@ -288,7 +288,7 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
     // Attention reads the K/V pages in place, widening (BF16) or decoding (FP8) rows in registers.
     // The layer's scales, or its KV heads' (QkvScales::q_of, k_of, v_of).
     const QkvScales& sc = fp8_kv ? kv_.scales(l) : kUnitScales;
-    const KvElement element = fp8_kv ? KvElement::kE4M3 : KvElement::kBF16;
+    const DType element = fp8_kv ? DType::kE4M3 : DType::kBF16;
     // One task per row (all its heads): disjoint outputs, the same arithmetic on any thread.
     kernel_thread_pool().parallel_for(R, [&](int64_t r) {
       const Row& row = rows[static_cast<size_t>(r)];
@@ -366,7 +366,7 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
                                                           int64_t samples_per_prompt, const GenerateOptions& opt) {
   const int64_t P = static_cast<int64_t>(prompts.size()), G = samples_per_prompt, V = config_.vocab_size;
   FP8RL_CHECK(G >= 1 && opt.max_new_tokens >= 1, "generate: samples_per_prompt and max_new_tokens must be >= 1");
-  if (options_.kv_dtype == KvDtype::kFP8)
+  if (options_.kv_dtype == DType::kE4M3)
     FP8RL_CHECK(kv_.scales_set(), "generate: the FP8 KV cache has no Q/K/V scales for the current weights "
                                   "(set_kv_scales must follow every update_weights)");
   for (int64_t p = 0; p < P; ++p) {

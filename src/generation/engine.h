@@ -62,7 +62,7 @@ struct GeneratorWeightSource {
 };
 
 struct EngineOptions {
-  KvDtype kv_dtype = KvDtype::kBF16;
+  DType kv_dtype = DType::kBF16;
   bool fp8_attention = true;          // with an FP8 KV cache: quantize Q too
   int64_t kv_cache_bytes = 64 << 20;  // K/V storage budget
   int64_t max_num_seqs = 64;          // sequences decoded together

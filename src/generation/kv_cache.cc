@@ -9,17 +9,17 @@
 
 namespace fp8rl {
 
-const char* kv_dtype_name(KvDtype d) { return d == KvDtype::kFP8 ? "fp8" : "bf16"; }
+const char* kv_dtype_name(DType d) { return d == DType::kE4M3 ? "fp8" : "bf16"; }
 
-KvDtype parse_kv_dtype(const char* name) {
+DType parse_kv_dtype(const char* name) {
   const std::string_view n(name);
-  if (n == "bf16") return KvDtype::kBF16;
-  if (n == "fp8") return KvDtype::kFP8;
+  if (n == "bf16") return DType::kBF16;
+  if (n == "fp8") return DType::kE4M3;
   FP8RL_CHECK(false, "unknown kv_cache_dtype '{}' (expected bf16 or fp8)", n);
-  return KvDtype::kBF16;
+  return DType::kBF16;
 }
 
-KvCache::KvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDtype dtype, int64_t budget_bytes)
+KvCache::KvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, DType dtype, int64_t budget_bytes)
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), kv_dim_(n_kv_heads * head_dim), dtype_(dtype) {
   const int64_t page_bytes = bytes_per_token() * kPageTokens;
   num_pages_ = budget_bytes / page_bytes;
@@ -45,7 +45,7 @@ void KvCache::release_memory() {
 
 int64_t KvCache::storage_bytes() const {
   int64_t scale_floats = 0;  // 3 per layer, plus 3 per KV head with per-head scales
-  if (dtype_ == KvDtype::kFP8)
+  if (dtype_ == DType::kE4M3)
     for (const QkvScales& s : scales_) scale_floats += 3 + static_cast<int64_t>(s.q_heads.size() + s.k_heads.size() + s.v_heads.size());
   return num_pages_ * kPageTokens * bytes_per_token() + scale_floats * static_cast<int64_t>(sizeof(float));
 }
@@ -92,7 +92,7 @@ void KvCache::append_runs(const KvBlockList& seq, int64_t layer, int64_t tokens,
 void KvCache::write(const KvBlockList& seq, int64_t layer, int64_t pos, const float* k, const float* v) {
   uint8_t* kd = row(k_pool_, seq, layer, pos);
   uint8_t* vd = row(v_pool_, seq, layer, pos);
-  if (dtype_ == KvDtype::kBF16) {
+  if (dtype_ == DType::kBF16) {
     auto* kh = reinterpret_cast<bf16_t*>(kd);
     auto* vh = reinterpret_cast<bf16_t*>(vd);
     for (int64_t i = 0; i < kv_dim_; ++i) {

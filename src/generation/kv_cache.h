@@ -26,9 +26,9 @@
 
 namespace fp8rl {
 
-enum class KvDtype : uint8_t { kBF16, kFP8 };
-const char* kv_dtype_name(KvDtype d);
-KvDtype parse_kv_dtype(const char* name);  // "bf16" | "fp8"
+// The KV cache stores DType::kBF16 or DType::kE4M3 rows; recipes name them "bf16" and "fp8".
+const char* kv_dtype_name(DType d);
+DType parse_kv_dtype(const char* name);  // "bf16" | "fp8"
 
 inline constexpr int64_t kPageTokens = 16;
 
@@ -57,10 +57,10 @@ class KvCache {
   KvCache() = default;
   // A cache of `budget_bytes` of K/V storage (at least one page); a token's row per layer is
   // n_kv_heads * head_dim elements.
-  KvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, KvDtype dtype, int64_t budget_bytes);
+  KvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, DType dtype, int64_t budget_bytes);
 
-  KvDtype dtype() const { return dtype_; }
-  int64_t element_bytes() const { return dtype_ == KvDtype::kFP8 ? 1 : 2; }
+  DType dtype() const { return dtype_; }
+  int64_t element_bytes() const { return dtype_ == DType::kE4M3 ? 1 : 2; }
   int64_t bytes_per_token() const { return 2 * n_layers_ * kv_dim_ * element_bytes(); }
   int64_t num_pages() const { return num_pages_; }
   int64_t capacity_tokens() const { return num_pages_ * kPageTokens; }
@@ -97,7 +97,7 @@ class KvCache {
  private:
   uint8_t* row(std::vector<AlignedBuffer<uint8_t>>& pool, const KvBlockList& seq, int64_t layer, int64_t pos);
   int64_t n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0, kv_dim_ = 0, num_pages_ = 0;
-  KvDtype dtype_ = KvDtype::kBF16;
+  DType dtype_ = DType::kBF16;
   std::vector<AlignedBuffer<uint8_t>> k_pool_, v_pool_;  // [layer] -> [num_pages][kPageTokens][kv_dim]
   std::vector<int32_t> free_;
   std::vector<QkvScales> scales_;

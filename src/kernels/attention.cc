@@ -34,7 +34,7 @@ void attend_rows(const float* q, const float* k, const float* v, const Attention
     for (int64_t h = h0; h < h0 + group; ++h)
       queries.push_back({q + (b * s.T + t) * ldq + h * s.D, o_at(t, h), p_at(t, h), t + 1});
   const AttentionRows causal{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, t0 + rows};  // stride ldkv
-  attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, ldkv, KvElement::kF32,
+  attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, ldkv, DType::kF32,
                        head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f, bf16);
 }
 

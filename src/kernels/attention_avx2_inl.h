@@ -20,14 +20,14 @@ namespace fp8rl::detail {
 namespace {
 
 // Elements [8 c, 8 c + 8) of a row as exact FP32; lanes past D are +0 (and nothing past D is read).
-template <KvElement E>
+template <DType E>
 [[gnu::always_inline]] inline __m256 load_chunk(const uint8_t* row, int64_t c, int64_t D) {
   const int64_t left = D - 8 * c;
-  if constexpr (E == KvElement::kF32) {
+  if constexpr (E == DType::kF32) {
     const float* p = reinterpret_cast<const float*>(row) + 8 * c;
     return left >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, avx2::first_lanes_mask(left));
   } else {
-    constexpr int64_t kBytes = kv_element_bytes(E);
+    constexpr int64_t kBytes = dtype_bytes(E);
     const uint8_t* p = row + 8 * c * kBytes;
     __m128i raw;
     if (left >= 8) {
@@ -38,7 +38,7 @@ template <KvElement E>
       std::memcpy(buf, p, static_cast<size_t>(left * kBytes));
       raw = _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
     }
-    return E == KvElement::kBF16 ? avx2::bf16_decode8(raw) : avx2::e4m3_decode8(raw);
+    return E == DType::kBF16 ? avx2::bf16_decode8(raw) : avx2::e4m3_decode8(raw);
   }
 }
 
@@ -161,7 +161,7 @@ inline void score_block8(const float* rows, int64_t ld, int64_t n, const float* 
 }
 
 // D padded to 16 (zeros past D): rows widened (or copied, for FP32 rows with D % 16 != 0).
-template <KvElement E>
+template <DType E>
 inline void widen_row(const uint8_t* row, int64_t D, int64_t padded, float* out) {
   for (int64_t c = 0; 8 * c < padded; ++c)
     _mm256_storeu_ps(out + 8 * c, 8 * c < D ? load_chunk<E>(row, c, D) : _mm256_setzero_ps());

@@ -23,9 +23,11 @@ void attention_softmax(float* p, int64_t len, float max) {
 }
 
 void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                          int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, bool bf16,
+                          int64_t D, int64_t stride, DType element, float score_scale, float value_scale, bool bf16,
                           Isa isa) {
   FP8RL_CHECK(num_queries > 0, "attention_queries_kv: no queries");
+  FP8RL_CHECK(element == DType::kF32 || element == DType::kBF16 || element == DType::kE4M3,
+              "attention_queries_kv: K/V rows of type {}", dtype_name(element));
   int64_t covered = 0, longest = 0;
   for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
   for (int i = 0; i < num_queries; ++i) {
@@ -56,8 +58,8 @@ namespace detail {
 
 void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                    int /*num_runs: the loader walks the runs by position*/, int64_t D, int64_t stride,
-                                   KvElement element, float score_scale, float value_scale, bool bf16) {
-  const int64_t row_bytes = stride * kv_element_bytes(element);
+                                   DType element, float score_scale, float value_scale, bool bf16) {
+  const int64_t row_bytes = stride * dtype_bytes(element);
   // Position j -> its run, found by walking forward (positions are visited in order); the row
   // is widened or decoded into `buf` unless it is FP32 already.
   auto loader = [&](bool key) {
@@ -66,13 +68,15 @@ void attention_queries_kv_portable(const AttentionQuery* queries, int num_querie
       while (j < first) first -= runs[--run].rows;
       const auto* row = static_cast<const uint8_t*>(key ? runs[run].k : runs[run].v) + (j - first) * row_bytes;
       switch (element) {
-        case KvElement::kF32: return reinterpret_cast<const float*>(row);
-        case KvElement::kBF16:
+        case DType::kF32: return reinterpret_cast<const float*>(row);
+        case DType::kBF16:
           for (int64_t d = 0; d < D; ++d) buf[d] = bf16_to_f32(reinterpret_cast<const bf16_t*>(row)[d]);
           return buf;
-        case KvElement::kE4M3:
+        case DType::kE4M3:
           for (int64_t d = 0; d < D; ++d) buf[d] = e4m3_to_f32(row[d]);
           return buf;
+        case DType::kI32:
+        case DType::kU8: break;  // not KV rows (attention_queries_kv checks)
       }
       return buf;
     };
@@ -94,7 +98,7 @@ void attention_queries_kv_portable(const AttentionQuery* queries, int num_querie
 
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
-                        int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale, bool bf16,
+                        int64_t D, int64_t stride, DType element, float score_scale, float value_scale, bool bf16,
                         Isa isa) {
   FP8RL_CHECK(heads > 0 && probs_stride >= len, "attention_group_kv: {} heads, probs stride {} for {} positions", heads,
               probs_stride, len);

@@ -32,6 +32,7 @@
 #include <type_traits>
 
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "numerics/bf16.h"
 
 namespace fp8rl {
@@ -131,11 +132,9 @@ void attention_row_bf16(float* out, float* probs, const float* q, int64_t len, i
     for (int64_t d = 0; d < D; ++d) out[d] *= value_scale;
 }
 
-// How key and value rows are stored: FP32 (the trainer), BF16 or E4M3 codes (the generator's KV
-// pages). E4M3 rows hold the codes of k / k_scale and v / v_scale; the scales go into score_scale
-// and value_scale, so the row values are the codes' exact E4M3 values.
-enum class KvElement : uint8_t { kF32, kBF16, kE4M3 };
-constexpr int64_t kv_element_bytes(KvElement e) { return e == KvElement::kF32 ? 4 : e == KvElement::kBF16 ? 2 : 1; }
+// Key and value rows are stored as DType::kF32 (the trainer), kBF16 or kE4M3 codes (the
+// generator's KV pages). E4M3 rows hold the codes of k / k_scale and v / v_scale; the scales go
+// into score_scale and value_scale, so the row values are the codes' exact E4M3 values.
 
 // A run of consecutive positions: row i at k + i * stride elements (v likewise).
 struct AttentionRows {
@@ -163,32 +162,34 @@ struct AttentionQuery {
 // for all queries. The AVX-512 path (attention_row_avx512.cc) computes the same bits: each lane of
 // its dot products, softmax sums and output sums keeps the scalar order.
 void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                          int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                          int64_t D, int64_t stride, DType element, float score_scale, float value_scale,
                           bool bf16 = false, Isa isa = Isa::kAuto);
 
 // `heads` queries of one row, all of length len: head h reads q + h * q_stride and writes
 // out + h * out_stride and probs[h * probs_stride + j].
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,
-                        int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                        int64_t D, int64_t stride, DType element, float score_scale, float value_scale,
                         bool bf16 = false, Isa isa = Isa::kAuto);
 
 // One head.
 inline void attention_row_kv(float* out, float* probs, const float* q, const AttentionRows* runs, int num_runs,
-                             int64_t len, int64_t D, int64_t stride, KvElement element, float score_scale,
+                             int64_t len, int64_t D, int64_t stride, DType element, float score_scale,
                              float value_scale, bool bf16 = false, Isa isa = Isa::kAuto) {
   attention_group_kv(out, D, probs, len, q, D, 1, runs, num_runs, len, D, stride, element, score_scale, value_scale,
                      bf16, isa);
 }
 
 namespace detail {
-// fn(std::integral_constant<KvElement, element>{}): a row element type as a template argument.
+// fn(std::integral_constant<DType, element>{}): a row element type as a template argument.
 template <typename Fn>
-void with_element(KvElement element, const Fn& fn) {
+void with_element(DType element, const Fn& fn) {
   switch (element) {
-    case KvElement::kF32: return fn(std::integral_constant<KvElement, KvElement::kF32>{});
-    case KvElement::kBF16: return fn(std::integral_constant<KvElement, KvElement::kBF16>{});
-    case KvElement::kE4M3: return fn(std::integral_constant<KvElement, KvElement::kE4M3>{});
+    case DType::kF32: return fn(std::integral_constant<DType, DType::kF32>{});
+    case DType::kBF16: return fn(std::integral_constant<DType, DType::kBF16>{});
+    case DType::kE4M3: return fn(std::integral_constant<DType, DType::kE4M3>{});
+    case DType::kI32:
+    case DType::kU8: break;  // not KV rows (attention_queries_kv checks)
   }
 }
 
@@ -196,19 +197,19 @@ void with_element(KvElement element, const Fn& fn) {
 // loaders), AVX2 (attention_row_avx2.cc for fp32, attention_row_bf16_avx2.cc for bf16) and
 // AVX-512 (attention_row_avx512.cc for fp32, attention_row_bf16_avx512.cc for bf16 on vdpbf16ps).
 void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                   int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                   int num_runs, int64_t D, int64_t stride, DType element, float score_scale,
                                    float value_scale, bool bf16);
 void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                               int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                               int64_t D, int64_t stride, DType element, float score_scale, float value_scale,
                                bool bf16);
 void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                 int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                 int num_runs, int64_t D, int64_t stride, DType element, float score_scale,
                                  float value_scale);
 void attention_queries_kv_bf16_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                    int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                    int num_runs, int64_t D, int64_t stride, DType element, float score_scale,
                                     float value_scale);
 void attention_queries_kv_bf16_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                      int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                      int num_runs, int64_t D, int64_t stride, DType element, float score_scale,
                                       float value_scale);
 }  // namespace detail
 

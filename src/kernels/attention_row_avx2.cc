@@ -34,7 +34,7 @@ namespace {
 
 // out[8 c0 .. 8 (c0 + NC)) of H queries: each value row is widened once and accumulated into
 // every query that attends to it, lane by lane in position order.
-template <KvElement E, int H, int NC>
+template <DType E, int H, int NC>
 void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_runs, int64_t row_bytes, int64_t D,
                 int64_t c0, float value_scale) {
   __m256 acc[H][NC];
@@ -43,7 +43,7 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   int64_t shortest = qs[0].len, longest = qs[0].len;
   for (int h = 1; h < H; ++h) shortest = std::min(shortest, qs[h].len), longest = std::max(longest, qs[h].len);
   // Only the part of each row this pass reads is prefetched (several passes cover a row).
-  constexpr int64_t kBytes = kv_element_bytes(E);
+  constexpr int64_t kBytes = dtype_bytes(E);
   const int64_t begin = 8 * c0 * kBytes, end = std::min(D, 8 * (c0 + NC)) * kBytes;
   int64_t j = 0;
   for (int s = 0; s < num_runs && j < longest; ++s) {
@@ -70,10 +70,10 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   store_outputs<H, NC>(qs, acc, D, c0, value_scale);
 }
 
-template <KvElement E>
+template <DType E>
 void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
                              int64_t D, int64_t stride, float score_scale, float value_scale) {
-  constexpr int64_t kBytes = kv_element_bytes(E);
+  constexpr int64_t kBytes = dtype_bytes(E);
   const int64_t row_bytes = stride * kBytes, padded = (D + 15) / 16 * 16;
   const __m256 scale = _mm256_set1_ps(score_scale);
   int64_t longest = 0;
@@ -81,7 +81,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
   // FP32 rows with D a multiple of 16 are scored in place; others are widened (zero-padded) into
   // kbuf once per block of 16 keys and scored there for every query. Queries are zero-padded
   // likewise when D is not a multiple of 16.
-  const bool in_place = E == KvElement::kF32 && D == padded;
+  const bool in_place = E == DType::kF32 && D == padded;
   thread_local std::vector<float> kbuf, qbuf;  // grow once per thread
   if (kbuf.size() < static_cast<size_t>(16 * padded)) kbuf.resize(static_cast<size_t>(16 * padded));
   if (D != padded) {
@@ -135,7 +135,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 }  // namespace
 
 void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                               int64_t D, int64_t stride, KvElement element, float score_scale, float value_scale,
+                               int64_t D, int64_t stride, DType element, float score_scale, float value_scale,
                                bool bf16) {
   if (bf16)
     return attention_queries_kv_bf16_avx2(queries, num_queries, runs, num_runs, D, stride, element, score_scale,

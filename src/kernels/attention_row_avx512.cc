@@ -35,9 +35,9 @@ namespace {
 // are zero. BF16 is widened by a shift; E4M3 goes through the codec's table decoder, 64 codes
 // at a time, then the same widening. (NC is a template argument throughout, so that the
 // accumulators of the passes below stay in registers.)
-template <KvElement E, int NC>
+template <DType E, int NC>
 inline void load_chunks(const uint8_t* row, int64_t c0, int64_t D, const avx512::E4m3Decoder& dec, __m512 out[4]) {
-  if constexpr (E == KvElement::kE4M3) {
+  if constexpr (E == DType::kE4M3) {
     const int64_t left = D - 16 * c0;
     const __mmask64 m = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
     __m512i lo, hi;
@@ -48,7 +48,7 @@ inline void load_chunks(const uint8_t* row, int64_t c0, int64_t D, const avx512:
   } else {
     for (int c = 0; c < NC; ++c) {
       const __mmask16 m = chunk_mask(D, c0 + c);
-      if constexpr (E == KvElement::kF32)
+      if constexpr (E == DType::kF32)
         out[c] = _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + 16 * (c0 + c));
       else
         out[c] =
@@ -81,7 +81,7 @@ inline __m512 score_block(const float* rows, int64_t ld, int64_t n, const float*
 
 // out[16 c0 .. 16 (c0 + NC)) of H queries (NC <= 4 chunks): each value row is widened once and
 // accumulated into every query that attends to it, lane by lane in position order.
-template <KvElement E, int H, int NC>
+template <DType E, int H, int NC>
 void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_runs, int64_t row_bytes, int64_t D,
                 int64_t c0, float value_scale, const avx512::E4m3Decoder& dec) {
   __m512 acc[H][4];
@@ -92,10 +92,10 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   int64_t j = 0;
   for (int s = 0; s < num_runs && j < longest; ++s) {
     const auto* v = static_cast<const uint8_t*>(runs[s].v);
-    if (s + 1 < num_runs) prefetch_rows<kv_element_bytes(E)>(runs[s + 1].v, runs[s + 1].rows, row_bytes, D);
+    if (s + 1 < num_runs) prefetch_rows<dtype_bytes(E)>(runs[s + 1].v, runs[s + 1].rows, row_bytes, D);
     for (int64_t i = 0; i < runs[s].rows && j < longest; ++i, ++j) {
       if (i % 16 == 0 && i + 16 < runs[s].rows)
-        prefetch_rows<kv_element_bytes(E)>(v + (i + 16) * row_bytes, runs[s].rows - i - 16, row_bytes, D);
+        prefetch_rows<dtype_bytes(E)>(v + (i + 16) * row_bytes, runs[s].rows - i - 16, row_bytes, D);
       __m512 vc[4];
       load_chunks<E, NC>(v + i * row_bytes, c0, D, dec, vc);
       if (j < shortest) {  // every query attends to j
@@ -118,10 +118,10 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
     }
 }
 
-template <KvElement E>
+template <DType E>
 void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
                              int64_t D, int64_t stride, float score_scale, float value_scale) {
-  constexpr int64_t kBytes = kv_element_bytes(E);
+  constexpr int64_t kBytes = dtype_bytes(E);
   const int64_t chunks = (D + 15) / 16, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
   const avx512::E4m3Decoder dec;
@@ -144,7 +144,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
       }
       const float* rows = reinterpret_cast<const float*>(k + i0 * row_bytes);
       int64_t ld = stride;
-      if constexpr (E != KvElement::kF32) {
+      if constexpr (E != DType::kF32) {
         float* wide_rows = kbuf.data();
         for (int64_t i = 0; i < n; ++i)
           for (int64_t c0 = 0; c0 < chunks; c0 += 4)
@@ -179,7 +179,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 }  // namespace
 
 void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                 int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                 int num_runs, int64_t D, int64_t stride, DType element, float score_scale,
                                  float value_scale) {
   with_element(element, [&](auto e) {
     attention_queries_typed<e>(queries, num_queries, runs, num_runs, D, stride, score_scale, value_scale);

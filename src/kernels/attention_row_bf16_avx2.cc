@@ -65,9 +65,9 @@ inline __m256 in_element_order(__m256 x) { return _mm256_castpd_ps(_mm256_permut
 // A row as `padded` (a multiple of 32) floats in pair order with the low 16 bits cleared, zeros
 // past D: out[32 c + l] = element 32 c + 2 l + 1, out[32 c + 16 + l] = element 32 c + 2 l.
 // `wide` holds `padded` floats of scratch (not used for E4M3 rows).
-template <KvElement E>
+template <DType E>
 inline void pair_order_row(const uint8_t* row, int64_t D, int64_t padded, float* wide, float* out) {
-  if constexpr (E == KvElement::kE4M3) {
+  if constexpr (E == DType::kE4M3) {
     // Codes reordered before decoding, 32 at a time: the decoded values are exact BF16 values and
     // never FP32 denormals, so they are their own BF16 operands.
     for (int64_t c = 0; c < padded; c += 32) {
@@ -105,7 +105,7 @@ inline void pair_order_row(const uint8_t* row, int64_t D, int64_t padded, float*
 // out[8 c0 .. 8 (c0 + NC)) of H queries over position pairs: lane d adds p[2t+1] * v_2t+1[d], then
 // p[2t] * v_2t[d] (a zero product first where a query ends at 2 t), under FTZ with DAZ operands;
 // the value scale after them, without FTZ.
-template <KvElement E, int H, int NC>
+template <DType E, int H, int NC>
 void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_runs, int64_t row_bytes, int64_t D,
                 int64_t c0, float value_scale) {
   __m256 acc[H][NC];
@@ -113,7 +113,7 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
     for (int c = 0; c < NC; ++c) acc[h][c] = _mm256_setzero_ps();
   int64_t longest = qs[0].len;
   for (int h = 1; h < H; ++h) longest = std::max(longest, qs[h].len);
-  constexpr int64_t kBytes = kv_element_bytes(E);
+  constexpr int64_t kBytes = dtype_bytes(E);
   const int64_t begin = 8 * c0 * kBytes, end = std::min(D, 8 * (c0 + NC)) * kBytes;
   int s = 0;
   int64_t i = 0;
@@ -128,7 +128,7 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   auto load = [&](const uint8_t* row, __m256* out) {  // E4M3 values are never denormal in FP32
     for (int c = 0; c < NC; ++c) {
       out[c] = load_chunk<E>(row, c0 + c, D);
-      if constexpr (E != KvElement::kE4M3) out[c] = bf16_operand(out[c]);
+      if constexpr (E != DType::kE4M3) out[c] = bf16_operand(out[c]);
     }
   };
   {
@@ -153,10 +153,10 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   store_outputs<H, NC>(qs, acc, D, c0, value_scale);
 }
 
-template <KvElement E>
+template <DType E>
 void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
                              int64_t D, int64_t stride, float score_scale, float value_scale) {
-  constexpr int64_t kBytes = kv_element_bytes(E);
+  constexpr int64_t kBytes = dtype_bytes(E);
   const int64_t row_bytes = stride * kBytes, padded = (D + 31) / 32 * 32;
   const __m256 scale = _mm256_set1_ps(score_scale);
   int64_t longest = 0;
@@ -169,7 +169,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
   };
   grow(kbuf, 16 * padded), grow(wide, padded), grow(qbuf, num_queries * padded), grow(lanes, num_queries * longest * 16);
   for (int q = 0; q < num_queries; ++q)
-    pair_order_row<KvElement::kF32>(reinterpret_cast<const uint8_t*>(qs[q].q), D, padded, wide.data(),
+    pair_order_row<DType::kF32>(reinterpret_cast<const uint8_t*>(qs[q].q), D, padded, wide.data(),
                                     qbuf.data() + q * padded);
   {  // The lanes under FTZ (one MXCSR write each way per call; the key rows' reordering is exact
      // under it), 16 keys at a time, four at a time per query.
@@ -232,7 +232,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 }  // namespace
 
 void attention_queries_kv_bf16_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                    int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                    int num_runs, int64_t D, int64_t stride, DType element, float score_scale,
                                     float value_scale) {
   with_element(element, [&](auto e) {
     attention_queries_typed<e>(queries, num_queries, runs, num_runs, D, stride, score_scale, value_scale);

@@ -43,12 +43,12 @@ inline __m512i high_words() {
 // Elements [64 g, 64 g + 64) of a row as 2 x 32 BF16 words, zero past D: FP32 elements truncated
 // to their top 16 bits (exact for the BF16 values this policy stores), BF16 as stored, E4M3
 // decoded.
-template <KvElement E>
+template <DType E>
 inline void load_words64(const uint8_t* row, int64_t g, int64_t D, const avx512::E4m3Decoder& dec, __m512i out[2]) {
   const int64_t left = D - 64 * g;
-  if constexpr (E == KvElement::kE4M3) {
+  if constexpr (E == DType::kE4M3) {
     dec.decode64(_mm512_maskz_loadu_epi8(avx512::first_bytes_mask(left), row + 64 * g), &out[0], &out[1]);
-  } else if constexpr (E == KvElement::kBF16) {
+  } else if constexpr (E == DType::kBF16) {
     const auto* p = reinterpret_cast<const uint16_t*>(row) + 64 * g;
     out[0] = _mm512_maskz_loadu_epi16(word_mask(left), p);
     out[1] = _mm512_maskz_loadu_epi16(word_mask(left - 32), p + 32);
@@ -63,7 +63,7 @@ inline void load_words64(const uint8_t* row, int64_t g, int64_t D, const avx512:
 }
 
 // A row of D elements as `padded` BF16 words (zeros past D).
-template <KvElement E>
+template <DType E>
 inline void narrow_row(const uint8_t* row, int64_t D, int64_t padded, const avx512::E4m3Decoder& dec, uint16_t* out) {
   for (int64_t g = 0; 64 * g < padded; ++g) {
     __m512i w[2];
@@ -113,7 +113,7 @@ struct ValueRows {
 // (the second zero at or past its length). Accumulator 2k of a query holds the outputs
 // 64 g + 32 k + 8 (i / 4) + i % 4 in lane i (vpunpcklwd's order), accumulator 2k + 1 the same + 4
 // (vpunpckhwd's); the store puts them back in order.
-template <KvElement E, int H>
+template <DType E, int H>
 void value_pass(const AttentionQuery* qs, const uint32_t* const* pairs, const AttentionRows* runs, int num_runs,
                 int64_t row_bytes, int64_t D, int64_t g, float value_scale, const avx512::E4m3Decoder& dec) {
   __m512 acc[H][4];
@@ -121,7 +121,7 @@ void value_pass(const AttentionQuery* qs, const uint32_t* const* pairs, const At
     for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
   int64_t shortest = qs[0].len, longest = qs[0].len;
   for (int h = 1; h < H; ++h) shortest = std::min(shortest, qs[h].len), longest = std::max(longest, qs[h].len);
-  ValueRows<kv_element_bytes(E)> rows{runs, num_runs, row_bytes, D};
+  ValueRows<dtype_bytes(E)> rows{runs, num_runs, row_bytes, D};
   for (int64_t j = 0; j < longest; j += 2) {
     __m512i a[2], b[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     load_words64<E>(rows.next(), g, D, dec, a);
@@ -161,10 +161,10 @@ void value_pass(const AttentionQuery* qs, const uint32_t* const* pairs, const At
     }
 }
 
-template <KvElement E>
+template <DType E>
 void attention_queries_typed(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
                              int64_t D, int64_t stride, float score_scale, float value_scale) {
-  constexpr int64_t kBytes = kv_element_bytes(E);
+  constexpr int64_t kBytes = dtype_bytes(E);
   const int64_t padded = (D + 31) / 32 * 32, row_bytes = stride * kBytes;
   const __m512 scale = _mm512_set1_ps(score_scale);
   const avx512::E4m3Decoder dec;
@@ -176,10 +176,10 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
   if (kbuf.size() < static_cast<size_t>(16 * padded)) kbuf.resize(static_cast<size_t>(16 * padded));
   if (qbuf.size() < static_cast<size_t>(num_queries * padded)) qbuf.resize(static_cast<size_t>(num_queries * padded));
   for (int q = 0; q < num_queries; ++q)
-    narrow_row<KvElement::kF32>(reinterpret_cast<const uint8_t*>(qs[q].q), D, padded, dec, qbuf.data() + q * padded);
+    narrow_row<DType::kF32>(reinterpret_cast<const uint8_t*>(qs[q].q), D, padded, dec, qbuf.data() + q * padded);
 
   // Scores, 16 keys at a time, every query reading the block while it is in L1.
-  const bool in_place = E == KvElement::kBF16 && D == padded;
+  const bool in_place = E == DType::kBF16 && D == padded;
   int64_t j = 0;
   for (int s = 0; s < num_runs && j < longest; ++s) {
     const auto* k = static_cast<const uint8_t*>(runs[s].k);
@@ -239,7 +239,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 }  // namespace
 
 void attention_queries_kv_bf16_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                      int num_runs, int64_t D, int64_t stride, KvElement element, float score_scale,
+                                      int num_runs, int64_t D, int64_t stride, DType element, float score_scale,
                                       float value_scale) {
   with_element(element, [&](auto e) {
     attention_queries_typed<e>(queries, num_queries, runs, num_runs, D, stride, score_scale, value_scale);

@@ -10,14 +10,13 @@ namespace {
 
 using gemm_detail::GemmOperand;
 using gemm_detail::GemmProblem;
-using gemm_detail::OperandType;
 
-const gemm_detail::GemmBackend& backend_for(OperandType type, const GemmOptions& options) {
+const gemm_detail::GemmBackend& backend_for(DType type, const GemmOptions& options) {
   // Every back-end below is batch invariant (and gives the same rows as the decode GEMV of the
   // same ISA), so `batch_invariant` does not narrow the choice yet.
   switch (resolve_isa(options.isa)) {
     case Isa::kAmx:  // FP32 has no AMX path
-      return type == OperandType::kF32 ? gemm_detail::gemm_backend_avx512(type) : gemm_detail::gemm_backend_amx(type);
+      return type == DType::kF32 ? gemm_detail::gemm_backend_avx512(type) : gemm_detail::gemm_backend_amx(type);
     case Isa::kAvx512: return gemm_detail::gemm_backend_avx512(type);
     case Isa::kAvx2: return gemm_detail::gemm_backend_avx2(type);
     default: return gemm_detail::gemm_backend_portable(type);
@@ -33,7 +32,7 @@ void check_shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int6
 // C[M,N] = A . B^T with A seen as [M,K] and B as [N,K]; `*_k_contiguous` says which layout each
 // public form passes (nt: both; nn: A only; tn: neither).
 template <typename T>
-void run(OperandType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool a_k_contiguous,
+void run(DType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, bool a_k_contiguous,
          const T* B, int64_t ldb, bool b_k_contiguous, float* C, int64_t ldc, bool accumulate,
          const GemmOptions& options) {
   check_shape(M, N, K, lda, ldb, ldc);
@@ -59,27 +58,27 @@ void run(OperandType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t 
 // nt: A [M,K], B [N,K].  nn: A [M,K], B [K,N].  tn: A [K,M], B [K,N].
 void gemm_nt_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                  float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(OperandType::kF32, M, N, K, A, lda, true, B, ldb, true, C, ldc, accumulate, options);
+  run(DType::kF32, M, N, K, A, lda, true, B, ldb, true, C, ldc, accumulate, options);
 }
 void gemm_nn_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                  float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(OperandType::kF32, M, N, K, A, lda, true, B, ldb, false, C, ldc, accumulate, options);
+  run(DType::kF32, M, N, K, A, lda, true, B, ldb, false, C, ldc, accumulate, options);
 }
 void gemm_tn_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                  float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(OperandType::kF32, M, N, K, A, lda, false, B, ldb, false, C, ldc, accumulate, options);
+  run(DType::kF32, M, N, K, A, lda, false, B, ldb, false, C, ldc, accumulate, options);
 }
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                   float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(OperandType::kBF16, M, N, K, A, lda, true, B, ldb, true, C, ldc, accumulate, options);
+  run(DType::kBF16, M, N, K, A, lda, true, B, ldb, true, C, ldc, accumulate, options);
 }
 void gemm_nn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                   float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(OperandType::kBF16, M, N, K, A, lda, true, B, ldb, false, C, ldc, accumulate, options);
+  run(DType::kBF16, M, N, K, A, lda, true, B, ldb, false, C, ldc, accumulate, options);
 }
 void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                   float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(OperandType::kBF16, M, N, K, A, lda, false, B, ldb, false, C, ldc, accumulate, options);
+  run(DType::kBF16, M, N, K, A, lda, false, B, ldb, false, C, ldc, accumulate, options);
 }
 
 void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate,
@@ -93,13 +92,13 @@ void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, i
   p.M = A.rows;
   p.N = B.rows;
   p.K = A.cols;
-  p.a = GemmOperand{OperandType::kFP8, A.codes.data(), A.cols, true, &A};
-  p.b = GemmOperand{OperandType::kFP8, B.codes.data(), B.cols, true, &B};
+  p.a = GemmOperand{DType::kE4M3, A.codes.data(), A.cols, true, &A};
+  p.b = GemmOperand{DType::kE4M3, B.codes.data(), B.cols, true, &B};
   p.c = C;
   p.ldc = ldc;
   p.accumulate = accumulate;
   p.round_output_bf16 = options.round_output_bf16;
-  gemm_detail::gemm_blocked(p, backend_for(OperandType::kFP8, options), options.threads);
+  gemm_detail::gemm_blocked(p, backend_for(DType::kE4M3, options), options.threads);
 }
 
 }  // namespace fp8rl

@@ -84,8 +84,8 @@ void pack_a_fp8_rows(const GemmOperand& op, int64_t r0, int rows, int tile, int6
 // last pair).
 void pack_a_amx(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
                 float* scales) {
-  if (op.type == OperandType::kBF16 && op.k_contiguous) return pack_a_bf16_rows(op, r0, rows, tile, k0, kc, panel);
-  if (op.type == OperandType::kFP8) return pack_a_fp8_rows(op, r0, rows, tile, k0, kc, panel, scales);
+  if (op.type == DType::kBF16 && op.k_contiguous) return pack_a_bf16_rows(op, r0, rows, tile, k0, kc, panel);
+  if (op.type == DType::kE4M3) return pack_a_fp8_rows(op, r0, rows, tile, k0, kc, panel, scales);
   thread_local AlignedBuffer<uint32_t> pairs_layout;
   const int64_t pairs = (kc + 1) / 2, chunks = chunks_of(kc);
   if (pairs_layout.size() < static_cast<size_t>(chunks * kChunkPairs * tile))
@@ -210,7 +210,7 @@ void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const floa
   promote_slice(slice[(slices - 1) % 2], slices - 1);
 }
 
-GemmBackend make_backend(OperandType type) {
+GemmBackend make_backend(DType type) {
   GemmBackend be;
   be.mr = kMr;
   be.nr = kNr;
@@ -222,7 +222,7 @@ GemmBackend make_backend(OperandType type) {
   be.pack_a = pack_a_amx;
   be.pack_b = pack_b_amx;
   be.prepare = amx::configure_16x64_tiles;
-  if (type == OperandType::kFP8) {
+  if (type == DType::kE4M3) {
     be.name = "amx-fp8";
     be.blockwise = true;
     be.kernel = kernel_fp8<false>;
@@ -237,10 +237,10 @@ GemmBackend make_backend(OperandType type) {
 
 }  // namespace
 
-const GemmBackend& gemm_backend_amx(OperandType type) {
-  static const GemmBackend bf16 = make_backend(OperandType::kBF16);
-  static const GemmBackend fp8 = make_backend(OperandType::kFP8);
-  return type == OperandType::kFP8 ? fp8 : bf16;
+const GemmBackend& gemm_backend_amx(DType type) {
+  static const GemmBackend bf16 = make_backend(DType::kBF16);
+  static const GemmBackend fp8 = make_backend(DType::kE4M3);
+  return type == DType::kE4M3 ? fp8 : bf16;
 }
 
 }  // namespace fp8rl::gemm_detail

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/check.h"
 #include "kernels/gemm_blocked.h"
 #include "numerics/bf16.h"
 #include "numerics/simd_target.h"
@@ -231,7 +232,7 @@ void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const floa
   }
 }
 
-GemmBackend make_backend(OperandType type) {
+GemmBackend make_backend(DType type) {
   GemmBackend be;
   be.mr = kMr;
   be.nr = kNr;
@@ -244,36 +245,40 @@ GemmBackend make_backend(OperandType type) {
   be.mc_block = 168;
   be.nc_block = 3072;
   switch (type) {
-    case OperandType::kF32:
+    case DType::kF32:
       be.name = "avx2-f32";
       be.pack_a = be.pack_b = pack_panel<float>;
       be.kernel = kernel_f32;
       break;
-    case OperandType::kBF16:
+    case DType::kBF16:
       be.name = "avx2-bf16";
       be.pack_a = be.pack_b = pack_panel<bf16_t>;
       be.kernel = kernel_f32;
       break;
-    case OperandType::kFP8:
+    case DType::kE4M3:
       be.name = "avx2-fp8";
       be.blockwise = true;
       be.pack_a = be.pack_b = pack_fp8_panel;
       be.kernel = kernel_fp8;
       break;
+    case DType::kI32:
+    case DType::kU8: FP8RL_CHECK(false, "no AVX2 GEMM for {} operands", dtype_name(type));
   }
   return be;
 }
 
 }  // namespace
 
-const GemmBackend& gemm_backend_avx2(OperandType type) {
-  static const GemmBackend f32 = make_backend(OperandType::kF32);
-  static const GemmBackend bf16 = make_backend(OperandType::kBF16);
-  static const GemmBackend fp8 = make_backend(OperandType::kFP8);
+const GemmBackend& gemm_backend_avx2(DType type) {
+  static const GemmBackend f32 = make_backend(DType::kF32);
+  static const GemmBackend bf16 = make_backend(DType::kBF16);
+  static const GemmBackend fp8 = make_backend(DType::kE4M3);
   switch (type) {
-    case OperandType::kF32: return f32;
-    case OperandType::kBF16: return bf16;
-    case OperandType::kFP8: return fp8;
+    case DType::kF32: return f32;
+    case DType::kBF16: return bf16;
+    case DType::kE4M3: return fp8;
+    case DType::kI32:
+    case DType::kU8: break;  // never GEMM operands (gemm.cc builds F32, BF16 and E4M3 ones)
   }
   return f32;
 }

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "core/aligned_buffer.h"
+#include "core/check.h"
 #include "kernels/gemm_blocked.h"
 #include "numerics/bf16.h"
 #include "numerics/codec.h"
@@ -264,14 +265,14 @@ void kernel_f32(int64_t kc, const void* a_panel, const void* b_panel, const floa
     for (int v = 0; v < kNv; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
 }
 
-GemmBackend make_backend(OperandType type) {
+GemmBackend make_backend(DType type) {
   GemmBackend be;
   be.mr = kMr;
   be.nr = kNr;
   be.mc_block = 192;
   be.nc_block = 1536;
   switch (type) {
-    case OperandType::kF32:
+    case DType::kF32:
       be.name = "avx512-f32";
       be.k_group = 1;
       be.element_bytes = 4;
@@ -279,7 +280,7 @@ GemmBackend make_backend(OperandType type) {
       be.pack_a = be.pack_b = pack_f32_panel;
       be.kernel = kernel_f32;
       break;
-    case OperandType::kBF16:
+    case DType::kBF16:
       be.name = "avx512-bf16";
       be.k_group = 2;
       be.element_bytes = 2;
@@ -287,7 +288,7 @@ GemmBackend make_backend(OperandType type) {
       be.pack_a = be.pack_b = pack_bf16_panel;
       be.kernel = kernel_bf16;
       break;
-    case OperandType::kFP8:
+    case DType::kE4M3:
       be.name = "avx512-fp8";
       be.k_group = 2;
       be.element_bytes = 2;
@@ -296,20 +297,24 @@ GemmBackend make_backend(OperandType type) {
       be.pack_a = be.pack_b = pack_fp8_panel;
       be.kernel = kernel_fp8;
       break;
+    case DType::kI32:
+    case DType::kU8: FP8RL_CHECK(false, "no AVX-512 GEMM for {} operands", dtype_name(type));
   }
   return be;
 }
 
 }  // namespace
 
-const GemmBackend& gemm_backend_avx512(OperandType type) {
-  static const GemmBackend f32 = make_backend(OperandType::kF32);
-  static const GemmBackend bf16 = make_backend(OperandType::kBF16);
-  static const GemmBackend fp8 = make_backend(OperandType::kFP8);
+const GemmBackend& gemm_backend_avx512(DType type) {
+  static const GemmBackend f32 = make_backend(DType::kF32);
+  static const GemmBackend bf16 = make_backend(DType::kBF16);
+  static const GemmBackend fp8 = make_backend(DType::kE4M3);
   switch (type) {
-    case OperandType::kF32: return f32;
-    case OperandType::kBF16: return bf16;
-    case OperandType::kFP8: return fp8;
+    case DType::kF32: return f32;
+    case DType::kBF16: return bf16;
+    case DType::kE4M3: return fp8;
+    case DType::kI32:
+    case DType::kU8: break;  // never GEMM operands (gemm.cc builds F32, BF16 and E4M3 ones)
   }
   return f32;
 }

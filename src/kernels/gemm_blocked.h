@@ -19,20 +19,19 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "numerics/quantized_tensor.h"
 
 namespace fp8rl::gemm_detail {
 
-enum class OperandType { kF32, kBF16, kFP8 };
-
 // One GEMM operand seen as a [rows, K] matrix (rows = M for A, N for B).
 struct GemmOperand {
-  OperandType type = OperandType::kF32;
-  const void* data = nullptr;  // F32 or BF16 elements; for kFP8 the codes of `fp8`
+  DType type = DType::kF32;
+  const void* data = nullptr;  // F32 or BF16 elements; for kE4M3 the codes of `fp8`
   int64_t ld = 0;              // leading dimension in elements
   // true: element (r, k) at data[r * ld + k] (K contiguous); false: at data[k * ld + r].
   bool k_contiguous = true;
-  const QuantizedMatrix* fp8 = nullptr;  // kFP8 only: codes [rows, K] row-major and scales
+  const QuantizedMatrix* fp8 = nullptr;  // kE4M3 only: codes [rows, K] row-major and scales
 };
 
 // Packs rows [r0, r0 + rows) x k [k0, k0 + kc) of `op` into one micro-panel of `tile` rows:
@@ -78,12 +77,12 @@ void gemm_blocked(const GemmProblem& problem, const GemmBackend& backend, int th
 
 // Back-ends. Each chooses the backend for an operand type; the AVX-512 ones exist only where
 // the CPU has AVX-512 BF16 (resolve_isa() said kAvx512).
-const GemmBackend& gemm_backend_portable(OperandType type);
-const GemmBackend& gemm_backend_avx512(OperandType type);
+const GemmBackend& gemm_backend_portable(DType type);
+const GemmBackend& gemm_backend_avx512(DType type);
 // AVX2 + FMA (resolve_isa() said kAvx2).
-const GemmBackend& gemm_backend_avx2(OperandType type);
+const GemmBackend& gemm_backend_avx2(DType type);
 // AMX (resolve_isa() said kAmx): BF16 and FP8 only; FP32 stays on the AVX-512 back-end.
-const GemmBackend& gemm_backend_amx(OperandType type);
+const GemmBackend& gemm_backend_amx(DType type);
 
 // FP32 problems small enough to run unpacked on the calling thread (gemm_direct_avx512.cc), with
 // the AVX-512 back-end's bits; returns false, doing nothing, for any other problem (empty ones

@@ -120,7 +120,7 @@ constexpr TileFn kTileForRows[kRows + 1] = {nullptr,      tile_rows<1>, tile_row
 }  // namespace
 
 bool gemm_direct_f32_avx2(const GemmProblem& p) {
-  if (p.a.type != OperandType::kF32 || p.b.type != OperandType::kF32) return false;
+  if (p.a.type != DType::kF32 || p.b.type != DType::kF32) return false;
   if (p.M <= 0 || p.N <= 0 || p.K <= 0) return false;  // the driver's edge cases (K = 0 leaves C as is)
   if (p.K * p.N > kMaxBElements || p.M * p.N * p.K > kMaxMacs) return false;
   // B as [K, N] with N contiguous: in place (B^T stored K-major), or transposed here.

@@ -32,9 +32,11 @@ const E4m3Table& e4m3_table() {
 float element(const GemmOperand& op, int64_t r, int64_t k) {
   const int64_t at = op.k_contiguous ? r * op.ld + k : k * op.ld + r;
   switch (op.type) {
-    case OperandType::kF32: return static_cast<const float*>(op.data)[at];
-    case OperandType::kBF16: return bf16_to_f32(static_cast<const bf16_t*>(op.data)[at]);
-    case OperandType::kFP8: return e4m3_table().value[static_cast<const uint8_t*>(op.data)[at]];
+    case DType::kF32: return static_cast<const float*>(op.data)[at];
+    case DType::kBF16: return bf16_to_f32(static_cast<const bf16_t*>(op.data)[at]);
+    case DType::kE4M3: return e4m3_table().value[static_cast<const uint8_t*>(op.data)[at]];
+    case DType::kI32:
+    case DType::kU8: break;  // never GEMM operands (gemm.cc builds F32, BF16 and E4M3 ones)
   }
   return 0.0f;
 }
@@ -105,10 +107,10 @@ GemmBackend make_backend(const char* name, bool blockwise) {
 
 }  // namespace
 
-const GemmBackend& gemm_backend_portable(OperandType type) {
+const GemmBackend& gemm_backend_portable(DType type) {
   static const GemmBackend plain = make_backend("portable", false);
   static const GemmBackend blockwise = make_backend("portable-fp8", true);
-  return type == OperandType::kFP8 ? blockwise : plain;
+  return type == DType::kE4M3 ? blockwise : plain;
 }
 
 }  // namespace fp8rl::gemm_detail

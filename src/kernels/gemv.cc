@@ -24,7 +24,7 @@ int thread_count(int requested) {
 }
 
 // Sizes `out` for a [N, K] matrix of `type`, reusing its storage when the shape is unchanged.
-void shape_packed(PackedGemvWeights& out, GemvWeightType type, int64_t N, int64_t K) {
+void shape_packed(PackedGemvWeights& out, DType type, int64_t N, int64_t K) {
   FP8RL_CHECK(N > 0 && K > 0, "gemv weights: empty shape [{}, {}]", N, K);
   const bool same = out.type == type && out.rows == N && out.cols == K && !out.data.empty();
   out.type = type;
@@ -32,7 +32,7 @@ void shape_packed(PackedGemvWeights& out, GemvWeightType type, int64_t N, int64_
   out.cols = K;
   if (same) return;
   out.data = AlignedBuffer<uint8_t>(static_cast<size_t>(out.strips() * out.strip_bytes()));
-  out.scales = type == GemvWeightType::kFP8
+  out.scales = type == DType::kE4M3
                    ? AlignedBuffer<float>(static_cast<size_t>(ceil_div(N, kQuantBlock) * ceil_div(K, kQuantBlock)))
                    : AlignedBuffer<float>();
 }
@@ -123,7 +123,7 @@ void run(const GemvTarget* targets, int num_targets, const PackedActivations& x,
 void pack_gemv_weights_bf16(const bf16_t* W, int64_t N, int64_t K, int64_t ldw, PackedGemvWeights& out,
                             const GemvOptions& options) {
   FP8RL_CHECK(ldw >= K, "gemv weights: ldw {} < K {}", ldw, K);
-  shape_packed(out, GemvWeightType::kBF16, N, K);
+  shape_packed(out, DType::kBF16, N, K);
   const bool avx512 = uses_avx512(resolve_isa(options.isa));
   for_each_band(N, options.threads, [&](int64_t band) {
     const int64_t r0 = band * kQuantBlock, rows = std::min(kQuantBlock, N - r0);
@@ -138,7 +138,7 @@ void pack_gemv_weights_bf16(const bf16_t* W, int64_t N, int64_t K, int64_t ldw, 
 
 void pack_gemv_weights_fp8(const QuantizedMatrix& W, PackedGemvWeights& out, const GemvOptions& options) {
   FP8RL_CHECK(W.mode == ScalingMode::kBlocks128x128, "gemv weights: FP8 W must be quantized 128x128, got {}", W.str());
-  shape_packed(out, GemvWeightType::kFP8, W.rows, W.cols);
+  shape_packed(out, DType::kE4M3, W.rows, W.cols);
   const bool avx512 = uses_avx512(resolve_isa(options.isa));
   std::copy(W.scale_inv.begin(), W.scale_inv.end(), out.scales.begin());
   for_each_band(W.rows, options.threads, [&](int64_t band) {
@@ -156,7 +156,7 @@ void pack_gemv_weights_fp8(const QuantizedMatrix& W, PackedGemvWeights& out, con
 void pack_gemv_weights_fp8(const float* W, int64_t N, int64_t K, int64_t ldw, ScaleFormat format,
                            PackedGemvWeights& out, const GemvOptions& options) {
   FP8RL_CHECK(ldw >= K, "gemv weights: ldw {} < K {}", ldw, K);
-  shape_packed(out, GemvWeightType::kFP8, N, K);
+  shape_packed(out, DType::kE4M3, N, K);
   const Isa isa = resolve_isa(options.isa);
   const int64_t scale_cols = ceil_div(K, kQuantBlock);
   // One 128-row band at a time: its 128x128 blocks are the full matrix's blocks, so quantizing the
@@ -194,7 +194,7 @@ void gemv_bf16(const GemvTarget* targets, int num_targets, int64_t M, const bf16
 void gemv_fp8(const GemvTarget* targets, int num_targets, const QuantizedMatrix& x, const GemvOptions& options) {
   check_call(targets, num_targets, x.rows, x.cols);
   for (int i = 0; i < num_targets; ++i)
-    FP8RL_CHECK(targets[i].W->type == GemvWeightType::kFP8, "gemv_fp8: W8A8 needs FP8 weights");
+    FP8RL_CHECK(targets[i].W->type == DType::kE4M3, "gemv_fp8: W8A8 needs FP8 weights");
   FP8RL_CHECK(x.mode == ScalingMode::kRows1x128, "gemv_fp8: x must be quantized 1x128, got {}", x.str());
   const int64_t M = x.rows, K = x.cols;
   thread_local std::vector<bf16_t> decoded;

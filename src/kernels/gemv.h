@@ -26,6 +26,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 #include "numerics/bf16.h"
 #include "numerics/quantized_tensor.h"
 #include "numerics/scale.h"
@@ -35,17 +36,15 @@ namespace fp8rl {
 inline constexpr int64_t kGemvMaxRows = 16;  // M per call (more sequences: call per group of 16)
 inline constexpr int64_t kGemvStrip = 16;    // rows of W per strip
 
-enum class GemvWeightType : uint8_t { kBF16, kFP8 };
-
 struct PackedGemvWeights {
-  GemvWeightType type = GemvWeightType::kBF16;
+  DType type = DType::kBF16;
   int64_t rows = 0;  // N
   int64_t cols = 0;  // K
   AlignedBuffer<uint8_t> data;   // the strips, see above
   AlignedBuffer<float> scales;   // FP8: [ceil(N/128)][ceil(K/128)]
   int64_t strips() const { return (rows + kGemvStrip - 1) / kGemvStrip; }
   int64_t strip_bytes() const {  // bytes of one strip
-    return type == GemvWeightType::kFP8 ? (cols + 3) / 4 * 64 : (cols + 1) / 2 * 64;
+    return type == DType::kE4M3 ? (cols + 3) / 4 * 64 : (cols + 1) / 2 * 64;
   }
   int64_t weight_bytes() const { return static_cast<int64_t>(data.size()); }
 };

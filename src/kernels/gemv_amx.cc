@@ -159,7 +159,7 @@ void gemv_strips_amx(const PackedGemvWeights& W, const PackedActivations& x, con
   const avx512::E4m3Decoder dec;
   for (int64_t s = s0; s < s1; s += kGroup) {
     const int S = static_cast<int>(std::min<int64_t>(kGroup, s1 - s));
-    if (W.type == GemvWeightType::kBF16) {
+    if (W.type == DType::kBF16) {
       bf16_group(W, x, dst, s, S);
     } else {
       fp8_group(W, x, dst, s, S, dec);

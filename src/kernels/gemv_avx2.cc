@@ -278,7 +278,7 @@ template <int M, int U>
 void run_groups(const PackedGemvWeights& W, const PackedActivations& x, const float* xf, const GemvDst& dst, int64_t h,
                 int64_t h1, const Fp8Decode& dec) {
   for (; h + U <= h1; h += U) {
-    if (W.type == GemvWeightType::kBF16) {
+    if (W.type == DType::kBF16) {
       bf16_units<M, U>(W, xf, dst, h);
     } else {
       fp8_units<M, U>(W, x, xf, dst, h, dec);
@@ -291,7 +291,7 @@ template <int M>
 void units_for_rows(const PackedGemvWeights& W, const PackedActivations& x, const float* xf, const GemvDst& dst,
                     int64_t h0, int64_t h1) {
   const Fp8Decode dec;
-  if (W.type == GemvWeightType::kBF16) {
+  if (W.type == DType::kBF16) {
     run_groups<M, bf16_units_per_group<M>()>(W, x, xf, dst, h0, h1, dec);
   } else {
     run_groups<M, fp8_units_per_group<M>()>(W, x, xf, dst, h0, h1, dec);

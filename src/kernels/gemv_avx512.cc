@@ -127,7 +127,7 @@ void strips_for_rows(const PackedGemvWeights& W, const PackedActivations& x, con
                      int64_t s1) {
   constexpr int S = group_strips<M>();
   int64_t s = s0;
-  if (W.type == GemvWeightType::kBF16) {
+  if (W.type == DType::kBF16) {
     for (; s + S <= s1; s += S) bf16_group<M, S>(W, x, dst, s);
     for (; s < s1; ++s) bf16_group<M, 1>(W, x, dst, s);
   } else {

@@ -39,7 +39,7 @@ void gemv_strips_portable(const PackedGemvWeights& W, const PackedActivations& x
                           int64_t s1) {
   const int64_t M = x.M, K = W.cols, pairs = (K + 1) / 2, slices = (K + kQuantBlock - 1) / kQuantBlock;
   const int64_t strip_bytes = W.strip_bytes();
-  const bool fp8 = W.type == GemvWeightType::kFP8;
+  const bool fp8 = W.type == DType::kE4M3;
   int position[64];
   for (int i = 0; i < 64; ++i) position[i] = fp8_chunk_position(i);
   for (int64_t s = s0; s < s1; ++s) {

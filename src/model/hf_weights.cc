@@ -309,10 +309,10 @@ Transformer load_frozen_model(const fs::path& dir, const PrecisionPolicy& policy
   return model;
 }
 
-const char* hf_export_format_name(HfExportFormat format) { return format == HfExportFormat::kFP8 ? "fp8" : "bf16"; }
+const char* hf_export_format_name(DType format) { return format == DType::kE4M3 ? "fp8" : "bf16"; }
 
 void export_hf_model(const fs::path& dir, const Transformer& model, const HfExportOptions& options) {
-  const bool fp8 = options.format == HfExportFormat::kFP8;
+  const bool fp8 = options.format == DType::kE4M3;
   std::map<std::string, const Linear*> linear_of;
   for (const Transformer::NamedLinear& l : model.linears()) linear_of[l.name] = l.linear;
 

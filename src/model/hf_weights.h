@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <filesystem>
 
+#include "core/dtype.h"
 #include "model/transformer.h"
 
 namespace fp8rl {
@@ -60,11 +61,11 @@ void check_model_directory(const std::filesystem::path& dir, const ModelConfig& 
 // piece size.
 Transformer load_frozen_model(const std::filesystem::path& dir, const PrecisionPolicy& policy, int64_t band_rows = 1024);
 
-enum class HfExportFormat : uint8_t { kBF16, kFP8 };
-const char* hf_export_format_name(HfExportFormat format);
+// Exports write DType::kBF16 weights, or DType::kE4M3 codes with their FP32 block scales ("fp8").
+const char* hf_export_format_name(DType format);
 
 struct HfExportOptions {
-  HfExportFormat format = HfExportFormat::kBF16;
+  DType format = DType::kBF16;
   std::filesystem::path source_dir;     // tokenizer files and config.json keys come from here (may be empty)
   int64_t max_shard_bytes = int64_t{4} << 30;  // tensors per shard file, at most (one tensor may exceed it)
 };

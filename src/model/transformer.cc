@@ -140,7 +140,7 @@ void prefix_attention_forward(float* o, const float* q, const float* k, const fl
             queries.push_back({q + n * ldq + h * D, o + n * ldq + h * D,
                                probs.data() + ((n - n0) * group + h - g * group) * len, length(n)});
         attention_queries_kv(queries.data(), static_cast<int>(queries.size()), runs.data(),
-                             static_cast<int>(runs.size()), D, ldkv, KvElement::kF32,
+                             static_cast<int>(runs.size()), D, ldkv, DType::kF32,
                              head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f,
                              bf16);
       }

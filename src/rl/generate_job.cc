@@ -36,7 +36,7 @@ void run_generate_job(const GenerateJobOptions& o) {
   FP8RL_REQUIRE(static_cast<int64_t>(prompt.size()) + o.max_new_tokens <= config.max_seq_len,
                 "generate: the prompt's {} tokens + --max-new-tokens {} exceed the model's max_seq_len {} ('{}')",
                 prompt.size(), o.max_new_tokens, config.max_seq_len, o.checkpoint);
-  if (eo.kv_dtype == KvDtype::kFP8) {
+  if (eo.kv_dtype == DType::kE4M3) {
     TokenBatch b = TokenBatch::empty(1, static_cast<int64_t>(prompt.size()), tok.pad());
     b.tokens = prompt;
     engine.set_kv_scales(kv_scales_from_amax(trainer.qkv_amax(b)));

@@ -269,7 +269,7 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
   // the peak is the largest phase's, not their sum.
   release_memory_ = config.release_memory_between_phases == "true" ||
                     (config.release_memory_between_phases == "auto" && policy_.num_params() >= kReleaseMemoryParams);
-  fp8_kv_ = generator_.kv_cache().dtype() == KvDtype::kFP8;
+  fp8_kv_ = generator_.kv_cache().dtype() == DType::kE4M3;
   if (resume_) {
     load_model_weights(ckpt_dir_, policy_);
     load_optimizer_state(ckpt_dir_, optimizer_);

@@ -65,7 +65,7 @@ void export_job_model(const RunConfig& config, const Transformer& model) {
     fmt::print("exported the policy as a Hugging Face directory (BF16): {}\n", (log_dir / "hf").string());
   }
   if (config.export_fp8) {
-    options.format = HfExportFormat::kFP8;
+    options.format = DType::kE4M3;
     if (model.policy().linear == Precision::kFP8) {
       export_hf_model(log_dir / "hf-fp8", model, options);
     } else {
@@ -80,7 +80,7 @@ void export_job_model(const RunConfig& config, const Transformer& model) {
   }
 }
 
-void export_model_directory(const fs::path& from, const fs::path& to, HfExportFormat format,
+void export_model_directory(const fs::path& from, const fs::path& to, DType format,
                             const PrecisionPolicy& policy, bool force) {
   // The target is replaced whole (atomically): never the source, nor a directory holding it, nor
   // (without --force) a directory the user may still need.

@@ -42,7 +42,7 @@ void export_job_model(const RunConfig& config, const Transformer& model);
 // `format`, its linears quantized under `policy` for the FP8 format. `to` is written beside
 // itself and renamed into place; it must not be (or contain) `from`, and an existing non-empty
 // `to` is replaced only with `force`.
-void export_model_directory(const std::filesystem::path& from, const std::filesystem::path& to, HfExportFormat format,
+void export_model_directory(const std::filesystem::path& from, const std::filesystem::path& to, DType format,
                             const PrecisionPolicy& policy, bool force = false);
 
 // The ids of each example's prompt, checked to fit the model with `max_new_tokens` more

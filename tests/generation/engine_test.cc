@@ -177,7 +177,7 @@ TEST(Generation, Fp8KvCacheAndAttentionStayCloseToTheTrainer) {
   const auto calib = bf16_kv.generate(prompts, 3, sampling_options(12, 8));
   trainer_logprobs(t, prompts, calib, 3);
   EngineOptions eo;
-  eo.kv_dtype = KvDtype::kFP8;
+  eo.kv_dtype = DType::kE4M3;
   GenerationEngine e(t.config(), t.policy(), eo);
   refit_generator_weights(t, e);
   e.set_kv_scales(kv_scales_from_amax(t.last_qkv_amax()));
@@ -204,7 +204,7 @@ TEST(Generation, TrainerAttendingOverTheFp8KvValuesAgreesWithTheGenerator) {
     for (const KvScaleGranularity granularity : {KvScaleGranularity::kLayer, KvScaleGranularity::kHead}) {
       for (const bool fp8_attention : {true, false}) {
         EngineOptions eo;
-        eo.kv_dtype = KvDtype::kFP8;
+        eo.kv_dtype = DType::kE4M3;
         eo.fp8_attention = fp8_attention;
         GenerationEngine e(t.config(), t.policy(), eo);
         refit_generator_weights(t, e);
@@ -263,7 +263,7 @@ TEST(Generation, Fp8KvCacheHoldsTwiceTheTokens) {
   EngineOptions bf;
   bf.kv_cache_bytes = budget;
   EngineOptions f8 = bf;
-  f8.kv_dtype = KvDtype::kFP8;
+  f8.kv_dtype = DType::kE4M3;
   GenerationEngine a(c, policy_for(Precision::kBF16), bf), b(c, policy_for(Precision::kBF16), f8);
   EXPECT_EQ(b.kv_cache().capacity_tokens(), 2 * a.kv_cache().capacity_tokens());
   EXPECT_EQ(a.kv_cache().bytes_per_token(), 2 * c.n_layers * c.kv_dim() * 2);
@@ -274,7 +274,7 @@ TEST(Generation, WeightUpdateLeavesNoStaleStateAndScalesAreValidated) {
   const ModelConfig c = test_config(true);
   Transformer t1 = make_trainer(c, Precision::kFP8, 1), t2 = make_trainer(c, Precision::kFP8, 2);
   EngineOptions eo;
-  eo.kv_dtype = KvDtype::kFP8;
+  eo.kv_dtype = DType::kE4M3;
   GenerationEngine updated(c, t1.policy(), eo), fresh(c, t2.policy(), eo);
   std::vector<QkvScales> scales(2, QkvScales{0.05f, 0.05f, 0.05f, {}, {}, {}});
   const auto prompts = make_prompts(3, 4);

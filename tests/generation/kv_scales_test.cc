@@ -99,7 +99,7 @@ TEST(KvScales, PerHeadScalesFromAmax) {
 // wrong count or value, naming the layer and head.
 TEST(KvScales, CacheEncodesEachHeadWithItsScale) {
   const int64_t L = 2, H = 2, D = 16;
-  KvCache cache(L, H, D, KvDtype::kFP8, 1 << 16);
+  KvCache cache(L, H, D, DType::kE4M3, 1 << 16);
   QkvScales s{0.5f, 0.02f, 0.04f, {0.5f, 0.25f}, {0.02f, 0.001f}, {0.04f, 0.003f}};
   cache.set_scales({s, s}, true);
   KvBlockList seq;
@@ -139,7 +139,7 @@ TEST(KvScales, CacheEncodesEachHeadWithItsScale) {
 // scalar reference in double precision over the same codes.
 TEST(KvScales, Fp8AttentionWithAHeadsScalesMatchesAScalarReference) {
   const int64_t H = 2, D = 32, len = 37, group = 2;
-  KvCache cache(1, H, D, KvDtype::kFP8, 1 << 16);
+  KvCache cache(1, H, D, DType::kE4M3, 1 << 16);
   QkvScales s{0.02f, 0.03f, 0.01f, {0.02f, 0.002f}, {0.03f, 0.0015f}, {0.01f, 0.0007f}};
   cache.set_scales({s}, true);
   KvBlockList seq;
@@ -161,7 +161,7 @@ TEST(KvScales, Fp8AttentionWithAHeadsScalesMatchesAScalarReference) {
     std::vector<float> out(static_cast<size_t>(group * D)), probs(static_cast<size_t>(group * len));
     const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
     attention_group_kv(out.data(), D, probs.data(), len, qq.data(), D, group, runs.data(), static_cast<int>(runs.size()),
-                       len, D, H * D, KvElement::kE4M3, s.q_of(g) * s.k_of(g) * softmax_scale, s.v_of(g));
+                       len, D, H * D, DType::kE4M3, s.q_of(g) * s.k_of(g) * softmax_scale, s.v_of(g));
     for (int64_t h = 0; h < group; ++h) {
       std::vector<double> score(static_cast<size_t>(len));
       double mx = -INFINITY, sum = 0;
@@ -199,7 +199,7 @@ TEST(KvScales, EngineWithEqualPerHeadScalesGivesTheLayerBits) {
     s.v_heads.assign(static_cast<size_t>(c.n_kv_heads), s.v);
   }
   EngineOptions eo;
-  eo.kv_dtype = KvDtype::kFP8;
+  eo.kv_dtype = DType::kE4M3;
   GenerationEngine e(c, t.policy(), eo);
   refit_generator_weights(t, e);
   e.set_kv_scales(layer);

@@ -67,29 +67,30 @@ TEST(AttentionRow, Bf16PairStepIsTheCpusDotProductInstruction) {
 
 // Row storage of one element type, and the scalar widening the template's loaders use.
 struct TypedRows {
-  KvElement element;
+  DType element;
   std::vector<uint8_t> k, v;
   float value(const std::vector<uint8_t>& rows, int64_t i) const {
     switch (element) {
-      case KvElement::kF32: return reinterpret_cast<const float*>(rows.data())[i];
-      case KvElement::kBF16: return bf16_to_f32(reinterpret_cast<const bf16_t*>(rows.data())[i]);
-      case KvElement::kE4M3: return e4m3_to_f32(rows[static_cast<size_t>(i)]);
+      case DType::kF32: return reinterpret_cast<const float*>(rows.data())[i];
+      case DType::kBF16: return bf16_to_f32(reinterpret_cast<const bf16_t*>(rows.data())[i]);
+      case DType::kE4M3: return e4m3_to_f32(rows[static_cast<size_t>(i)]);
+      default: break;
     }
     return 0.0f;
   }
 };
 
 // FP32 rows stored as `element` (BF16-rounded or E4M3-encoded with every code's magnitude range).
-std::vector<uint8_t> store_as(KvElement element, const std::vector<float>& x) {
-  const int64_t bytes = kv_element_bytes(element);
+std::vector<uint8_t> store_as(DType element, const std::vector<float>& x) {
+  const int64_t bytes = dtype_bytes(element);
   std::vector<uint8_t> out(x.size() * static_cast<size_t>(bytes));
   for (size_t i = 0; i < x.size(); ++i) {
-    if (element == KvElement::kF32) std::memcpy(&out[i * 4], &x[i], 4);
-    if (element == KvElement::kBF16) {
+    if (element == DType::kF32) std::memcpy(&out[i * 4], &x[i], 4);
+    if (element == DType::kBF16) {
       const bf16_t h = f32_to_bf16(x[i]);
       std::memcpy(&out[i * 2], &h, 2);
     }
-    if (element == KvElement::kE4M3) out[i] = f32_to_e4m3(x[i] * 40.0f);  // normals and subnormals
+    if (element == DType::kE4M3) out[i] = f32_to_e4m3(x[i] * 40.0f);  // normals and subnormals
   }
   return out;
 }
@@ -110,7 +111,7 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
     fill_normal(k.data(), c.len * c.stride, 0.0f, 2.0f, 5, 2);
     fill_normal(v.data(), c.len * c.stride, 0.0f, 1.0f, 5, 3);
     if (c.D >= 16) q[3] = -0.0f, k[3] = 0.0f;  // a signed zero product
-    for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3})
+    for (DType element : {DType::kF32, DType::kBF16, DType::kE4M3})
       for (const bool bf16 : {false, true}) {  // attention_precision fp32 and bf16
         const TypedRows rows{element, store_as(element, k), store_as(element, v)};
         std::vector<float> want(static_cast<size_t>(c.D)), want_p(static_cast<size_t>(c.len));
@@ -128,7 +129,7 @@ TEST(AttentionRow, EveryIsaAndElementTypeGivesTheScalarTemplatesBits) {
           attention_row(want.data(), want_p.data(), q.data(), c.len, c.D, c.score_scale, c.value_scale, loader(rows.k),
                         loader(rows.v), scratch.data());
         }
-        const int64_t row_bytes = c.stride * kv_element_bytes(element);
+        const int64_t row_bytes = c.stride * dtype_bytes(element);
         std::vector<AttentionRows> runs;
         const int64_t first = c.split < 0 ? c.len : c.split;
         if (first > 0) runs.push_back({rows.k.data(), rows.v.data(), first});
@@ -166,7 +167,7 @@ TEST(AttentionRow, Bf16TinyValuesFlushAsTheTemplate) {
     v[static_cast<size_t>(i)] = bf16_to_f32(random_bf16(33, static_cast<uint64_t>(i), 0, 6));
   }
   k[5 * D] = 1e4f;  // one sharp key: the other probabilities are tiny
-  for (KvElement element : {KvElement::kF32, KvElement::kBF16}) {
+  for (DType element : {DType::kF32, DType::kBF16}) {
     const std::vector<uint8_t> kr = store_as(element, k), vr = store_as(element, v);
     const AttentionRows run{kr.data(), vr.data(), len};
     std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(len));
@@ -191,9 +192,9 @@ TEST(AttentionRow, GroupOfHeadsGivesEachHeadsSingleRowBits) {
     fill_normal(k.data(), len * stride, 0.0f, 2.0f, 9, 1);
     fill_normal(v.data(), len * stride, 0.0f, 1.0f, 9, 2);
     fill_normal(q.data(), 3 * q_stride, 0.0f, 2.0f, 9, 3);
-    for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3}) {
+    for (DType element : {DType::kF32, DType::kBF16, DType::kE4M3}) {
       const std::vector<uint8_t> kr = store_as(element, k), vr = store_as(element, v);
-      const int64_t row_bytes = stride * kv_element_bytes(element);
+      const int64_t row_bytes = stride * dtype_bytes(element);
       const AttentionRows runs[] = {{kr.data(), vr.data(), 20},
                                     {kr.data() + 20 * row_bytes, vr.data() + 20 * row_bytes, len - 20}};
       for (int64_t heads = 1; heads <= 3; ++heads)
@@ -229,9 +230,9 @@ TEST(AttentionRow, QueriesOfDifferentLengthsGiveEachQuerysSingleRowBits) {
     fill_normal(k.data(), rows * stride, 0.0f, 2.0f, 10, 1);
     fill_normal(v.data(), rows * stride, 0.0f, 1.0f, 10, 2);
     fill_normal(q.data(), queries_n * D, 0.0f, 2.0f, 10, 3);
-    for (KvElement element : {KvElement::kF32, KvElement::kBF16, KvElement::kE4M3}) {
+    for (DType element : {DType::kF32, DType::kBF16, DType::kE4M3}) {
       const std::vector<uint8_t> kr = store_as(element, k), vr = store_as(element, v);
-      const int64_t row_bytes = stride * kv_element_bytes(element);
+      const int64_t row_bytes = stride * dtype_bytes(element);
       const AttentionRows runs[] = {{kr.data(), vr.data(), 17},
                                     {kr.data() + 17 * row_bytes, vr.data() + 17 * row_bytes, rows - 17}};
       for (const bool bf16 : {false, true})
@@ -276,7 +277,7 @@ TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
     for (const bool bf16 : {false, true})
       for (Isa isa : testing::available_isas()) {
         std::vector<float> out(16), p(1);
-        attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 1, 16, 16, KvElement::kE4M3, 1.0f, 1.0f, bf16, isa);
+        attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 1, 16, 16, DType::kE4M3, 1.0f, 1.0f, bf16, isa);
         if (std::isnan(want))
           EXPECT_TRUE(std::isnan(out[0])) << isa_name(isa) << " code " << code;
         else
@@ -290,7 +291,7 @@ TEST(AttentionRow, RunsMustCoverTheRow) {
   std::vector<float> q(16), k(32), v(32), out(16), p(2);
   const AttentionRows one{k.data(), v.data(), 1};
   const std::string message = testing::error_message(
-      [&] { attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 2, 16, 16, KvElement::kF32, 1.0f, 1.0f); });
+      [&] { attention_row_kv(out.data(), p.data(), q.data(), &one, 1, 2, 16, 16, DType::kF32, 1.0f, 1.0f); });
   EXPECT_NE(message.find("the runs hold 1 positions, the longest query attends to 2"), std::string::npos) << message;
 }
 

@@ -252,8 +252,8 @@ void expect_direct_gives_the_blocked_bits(DirectGemm direct_gemm, const gemm_det
           const Operands o = lay_out(f, s, random_values(s.M * s.K, 21), random_values(s.N * s.K, 22));
           gemm_detail::GemmProblem p;
           p.M = s.M, p.N = s.N, p.K = s.K;
-          p.a = {gemm_detail::OperandType::kF32, o.a_phys.data(), o.lda, f != Form::kTN, nullptr};
-          p.b = {gemm_detail::OperandType::kF32, o.b_phys.data(), o.ldb, f == Form::kNT, nullptr};
+          p.a = {DType::kF32, o.a_phys.data(), o.lda, f != Form::kTN, nullptr};
+          p.b = {DType::kF32, o.b_phys.data(), o.ldb, f == Form::kNT, nullptr};
           p.ldc = s.N + 2;
           p.accumulate = accumulate;
           p.round_output_bf16 = round;
@@ -270,8 +270,8 @@ void expect_direct_gives_the_blocked_bits(DirectGemm direct_gemm, const gemm_det
   std::vector<float> a(128 * 128), b(128 * 128), c(8 * 128);
   gemm_detail::GemmProblem big;
   big.M = 8, big.N = 128, big.K = 128;
-  big.a = {gemm_detail::OperandType::kF32, a.data(), 128, true, nullptr};
-  big.b = {gemm_detail::OperandType::kF32, b.data(), 128, true, nullptr};
+  big.a = {DType::kF32, a.data(), 128, true, nullptr};
+  big.b = {DType::kF32, b.data(), 128, true, nullptr};
   big.c = c.data();
   big.ldc = 128;
   EXPECT_FALSE(direct_gemm(big));
@@ -283,7 +283,7 @@ void expect_direct_gives_the_blocked_bits(DirectGemm direct_gemm, const gemm_det
 TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
   if (!cpu_features().has_avx512_kernels()) GTEST_SKIP() << "no AVX-512 kernels on this CPU";
   expect_direct_gives_the_blocked_bits(
-      gemm_detail::gemm_direct_f32_avx512, gemm_detail::gemm_backend_avx512(gemm_detail::OperandType::kF32),
+      gemm_detail::gemm_direct_f32_avx512, gemm_detail::gemm_backend_avx512(DType::kF32),
       {{1, 1, 1}, {5, 17, 3}, {6, 64, 64}, {7, 65, 120}, {64, 100, 64}, {13, 130, 60}});
 }
 
@@ -291,7 +291,7 @@ TEST(Gemm, SmallFloat32ProductsGiveTheBlockedPathsBits) {
 TEST(Gemm, SmallFloat32ProductsGiveTheBlockedAvx2PathsBits) {
   if (!cpu_features().has_avx2_kernels()) GTEST_SKIP() << "no AVX2 kernels on this CPU";
   expect_direct_gives_the_blocked_bits(
-      gemm_detail::gemm_direct_f32_avx2, gemm_detail::gemm_backend_avx2(gemm_detail::OperandType::kF32),
+      gemm_detail::gemm_direct_f32_avx2, gemm_detail::gemm_backend_avx2(DType::kF32),
       {{1, 1, 1}, {5, 17, 3}, {6, 16, 64}, {7, 9, 120}, {6, 8, 5}, {64, 100, 64}, {13, 130, 60}});
 }
 

@@ -40,7 +40,7 @@ std::vector<float> attention_probs(const std::vector<float>& q, const std::vecto
         const int64_t g = h / group;
         const AttentionRows run{k.data() + b * s.T * ldkv + g * s.D, v.data() + b * s.T * ldkv + g * s.D, t + 1};
         attention_row_kv(out.data(), probs.data() + ((b * s.Hq + h) * s.T + t) * s.T, q.data() + (b * s.T + t) * ldq + h * s.D,
-                         &run, 1, t + 1, s.D, ldkv, KvElement::kF32, 1.0f / std::sqrt(static_cast<float>(s.D)), 1.0f,
+                         &run, 1, t + 1, s.D, ldkv, DType::kF32, 1.0f / std::sqrt(static_cast<float>(s.D)), 1.0f,
                          bf16);
       }
   return probs;

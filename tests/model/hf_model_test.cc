@@ -23,7 +23,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "io/safetensors.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 #include "model/checkpoint.h"
 #include "tests/test_util.h"
 
@@ -162,7 +162,7 @@ TEST(HfModel, Fp8AndBf16ExportsLoadBackWithBitIdenticalLogprobs) {
   write_batch(tmp / "batch.safetensors", batch);
   Transformer fp8(export_config(), fp8_policy());
   fp8.init_random(5);
-  export_hf_model(tmp / "fp8", fp8, {HfExportFormat::kFP8, {}, /*max_shard_bytes=*/100 << 10});
+  export_hf_model(tmp / "fp8", fp8, {DType::kE4M3, {}, /*max_shard_bytes=*/100 << 10});
   PrecisionPolicy bf16_policy;
   Transformer bf16(export_config(), bf16_policy);
   std::copy(fp8.params(), fp8.params() + fp8.num_params(), bf16.params());
@@ -268,7 +268,7 @@ TEST(HfModel, MalformedDirectoriesGiveOneErrorNamingFileAndTensorAndLoadNothing)
   testing::TempDir tmp;
   Transformer source(export_config(), PrecisionPolicy{});
   source.init_random(3);
-  export_hf_model(tmp / "sharded", source, {HfExportFormat::kBF16, {}, /*max_shard_bytes=*/200 << 10});
+  export_hf_model(tmp / "sharded", source, {DType::kBF16, {}, /*max_shard_bytes=*/200 << 10});
   Transformer fp8_source(export_config(), fp8_policy());
   fp8_source.init_random(3);
   auto fresh_copy = [&](const char* name, bool sharded) {
@@ -326,7 +326,7 @@ TEST(HfModel, MalformedDirectoriesGiveOneErrorNamingFileAndTensorAndLoadNothing)
   expect_error(bias, {"model.safetensors", "'model.layers.0.self_attn.q_proj.bias' has no place"});
 
   const fs::path no_scales = tmp / "no_scales";
-  export_hf_model(no_scales, fp8_source, {HfExportFormat::kFP8, {}});
+  export_hf_model(no_scales, fp8_source, {DType::kE4M3, {}});
   rewrite_weights(no_scales, [](auto& t) { t.erase("model.layers.1.self_attn.o_proj.weight_scale_inv"); });
   expect_error(no_scales, {"F8_E4M3 tensor 'model.layers.1.self_attn.o_proj.weight' has no "
                            "'model.layers.1.self_attn.o_proj.weight_scale_inv'"});
