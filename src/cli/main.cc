@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <exception>
+#include <map>
 #include <string>
 
 #include "bench/bench_suites.h"
@@ -42,6 +43,40 @@ std::string load_recipe(const RecipeCommand& c, fp8rl::ConfigSchema& schema, fp8
   fp8rl::bind_run_config(schema, config);
   schema.load(c.recipe, c.overrides);
   return schema.to_yaml();
+}
+
+// `fp8rl generate`'s recipe: --recipe (or the defaults), its overrides, then the flags that set
+// one generation.* key each.
+struct GenerateFlags {
+  std::string recipe;
+  std::vector<std::string> overrides;
+  std::string checkpoint;
+  std::map<std::string, std::string> values;  // flag -> value as given
+  bool no_batch_invariant = false;
+};
+
+const fp8rl::RunConfig& load_generate_recipe(const GenerateFlags& f, fp8rl::ConfigSchema& schema,
+                                             fp8rl::RunConfig& config) {
+  fp8rl::bind_run_config(schema, config);
+  std::vector<std::string> overrides = f.overrides;
+  if (f.recipe.empty()) overrides.insert(overrides.begin(), "generation.max_new_tokens=16");
+  if (!f.checkpoint.empty()) {
+    overrides.push_back("model.name=null");
+    overrides.push_back("model.checkpoint=" + f.checkpoint);
+  }
+  const std::pair<const char*, const char*> keys[] = {
+      {"--max-new-tokens", "generation.max_new_tokens"}, {"--temperature", "generation.temperature"},
+      {"--top-p", "generation.top_p"}, {"--top-k", "generation.top_k"}, {"--precision", "generation.precision"},
+      {"--kv-cache-dtype", "generation.kv_cache_dtype"}};
+  for (const auto& [flag, key] : keys)
+    if (const auto v = f.values.find(flag); v != f.values.end() && !v->second.empty())
+      overrides.push_back(std::string(key) + "=" + v->second);
+  if (f.no_batch_invariant) overrides.push_back("generation.batch_invariant=false");
+  if (f.recipe.empty())
+    schema.load_overrides(overrides);
+  else
+    schema.load(f.recipe, overrides);
+  return config;
 }
 
 }  // namespace
@@ -117,19 +152,29 @@ int main(int argc, char** argv) {
   config.app->add_flag("--help-fields", config_help, "print each field's type, default and help too");
 
   fp8rl::GenerateJobOptions gen;
-  CLI::App* generate = app.add_subcommand("generate", "Sample from a checkpoint and print the log-probs");
-  generate->add_option("--checkpoint", gen.checkpoint, "checkpoint directory")->required();
+  GenerateFlags gen_flags;
+  CLI::App* generate = app.add_subcommand(
+      "generate", "Sample from a checkpoint with a recipe's generator (default: BF16) and print the log-probs");
+  generate->add_option("--recipe", gen_flags.recipe,
+                       "run the generator this recipe describes (a run's config.yaml reproduces its generator)");
+  generate->add_option("overrides", gen_flags.overrides, "dotted overrides of the recipe, e.g. generation.top_k=20");
+  generate->add_option("--checkpoint", gen_flags.checkpoint, "model directory (default: the recipe's model.name or "
+                                                             "model.checkpoint)");
   generate->add_option("--prompt", gen.prompt, "prompt text, e.g. \"123+456=\"")->required();
   generate->add_option("-n,--num-samples", gen.num_samples, "samples")->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  generate->add_option("--max-new-tokens", gen.max_new_tokens, "longest response")->check(CLI::Range(int64_t{1}, int64_t{4096}));
-  generate->add_option("--temperature", gen.temperature, "sampling temperature (0: greedy)")->check(CLI::Range(0.0, 100.0));
-  generate->add_option("--top-p", gen.top_p, "nucleus mass")->check(CLI::Range(1e-6, 1.0));
-  generate->add_option("--top-k", gen.top_k, "top-k (0: off)")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   generate->add_option("--seed", gen.seed, "sampling seed");
-  generate->add_option("--precision", gen.precision, "generator linears")->check(CLI::IsMember({"bf16", "fp8"}));
-  generate->add_option("--kv-cache-dtype", gen.kv_cache_dtype, "KV cache")->check(CLI::IsMember({"bf16", "fp8"}));
-  generate->add_flag("!--no-batch-invariant", gen.batch_invariant,
-                     "a lone sample may decode on a faster path (bits differ from the trainer's in the last place)");
+  // Each of these sets its generation.* key, after the recipe and its overrides.
+  const std::pair<const char*, const char*> generation_flags[] = {
+      {"--max-new-tokens", "generation.max_new_tokens: longest response (default 16 without --recipe)"},
+      {"--temperature", "generation.temperature (0: greedy)"},
+      {"--top-p", "generation.top_p: nucleus mass"},
+      {"--top-k", "generation.top_k (0: off)"},
+      {"--precision", "generation.precision: generator linears, bf16 or fp8"},
+      {"--kv-cache-dtype", "generation.kv_cache_dtype: bf16 or fp8"}};
+  for (const auto& [flag, help] : generation_flags) generate->add_option(flag, gen_flags.values[flag], help);
+  generate->add_flag("--no-batch-invariant", gen_flags.no_batch_invariant,
+                     "generation.batch_invariant=false: a lone sample may decode on a faster path (bits differ from "
+                     "the trainer's in the last place)");
 
   std::string export_from, export_to, export_format = "bf16";
   fp8rl::PrecisionPolicy export_policy;
@@ -158,7 +203,7 @@ int main(int argc, char** argv) {
       throw fp8rl::Error("only `train` and `sft` run on several processes; run this command without mpirun");
     fp8rl::ConfigSchema schema;
     fp8rl::RunConfig run;
-    if (*generate) fp8rl::run_generate_job(gen);
+    if (*generate) fp8rl::run_generate_job(load_generate_recipe(gen_flags, schema, run), gen);
     if (*sft.app) fp8rl::run_sft_job(run, load_recipe(sft, schema, run));
     if (*train.app) fp8rl::run_grpo_job(run, load_recipe(train, schema, run), resume, stop_after);
     if (*eval.app) {

@@ -13,8 +13,7 @@ namespace fp8rl {
 
 double LrSchedule::lr_at(double lr, int64_t step) const {
   if (warmup_steps > 0 && step < warmup_steps) return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
-  if (kind == "constant") return lr;
-  FP8RL_CHECK(kind == "cosine", "unknown learning-rate schedule '{}' (expected constant or cosine)", kind);
+  if (kind == LrScheduleKind::kConstant) return lr;
   const double span = static_cast<double>(std::max<int64_t>(1, total_steps - warmup_steps));
   const double progress = std::min(1.0, static_cast<double>(step - warmup_steps) / span);
   return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(3.14159265358979323846 * progress));

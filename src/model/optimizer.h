@@ -21,9 +21,10 @@ struct AdamWConfig {
 };
 
 // Learning rate at optimizer step `step` (0-based): linear warmup over `warmup_steps` to `lr`,
-// then constant ("constant") or cosine decay to `min_lr` at `total_steps` ("cosine").
+// then constant (kConstant) or cosine decay to `min_lr` at `total_steps` (kCosine).
+enum class LrScheduleKind : uint8_t { kConstant, kCosine };  // policy.scheduler.kind: constant | cosine
 struct LrSchedule {
-  std::string kind = "constant";  // "constant" | "cosine"
+  LrScheduleKind kind = LrScheduleKind::kConstant;
   int64_t warmup_steps = 0;
   int64_t total_steps = 0;  // cosine only
   double min_lr = 0.0;      // cosine only

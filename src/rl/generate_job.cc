@@ -14,37 +14,39 @@
 
 namespace fp8rl {
 
-void run_generate_job(const GenerateJobOptions& o) {
-  const ModelConfig config = load_model_config(o.checkpoint);
-  const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(o.checkpoint, "auto", config);
+void run_generate_job(const RunConfig& run, const GenerateJobOptions& o) {
+  const std::optional<std::string> dir = run.model_dir();
+  FP8RL_REQUIRE(dir.has_value(), "generate needs a model directory: --checkpoint DIR, or model.name / model.checkpoint "
+                                 "in the recipe");
+  const std::string& checkpoint = *dir;
+  const ModelConfig config = load_model_config(checkpoint);
+  const std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(checkpoint, run.chat_format, config, run.tokenizer);
   const Tokenizer& tok = *tokenizer;
-  PrecisionPolicy policy;
-  policy.linear = parse_precision(o.precision);
-  FP8RL_REQUIRE(policy.linear != Precision::kF32, "--precision must be bf16 or fp8, got {}", o.precision);
+  const PrecisionPolicy policy = run.generator_policy();
   // The trainer side only serves as the refit source and, for an FP8 KV cache, the calibration:
-  // a frozen model (each linear's BF16 or FP8 copy, no FP32 masters), whose bytes the generator
-  // then reads in place.
+  // a frozen model under the generator's policy (each linear's BF16 or FP8 copy, no FP32
+  // masters), whose bytes the generator then reads in place.
   const Timer clock;
-  check_model_directory(o.checkpoint, config, policy.linear == Precision::kFP8 ? 1.0 : 2.0, "generation");
-  Transformer trainer = load_frozen_model(o.checkpoint, policy);
-  EngineOptions eo;
-  eo.kv_dtype = parse_kv_dtype(o.kv_cache_dtype.c_str());
-  eo.batch_invariant = o.batch_invariant;
+  check_model_directory(checkpoint, config, policy.linear == Precision::kFP8 ? 1.0 : 2.0, "generation");
+  Transformer trainer = load_frozen_model(checkpoint, policy);
+  const EngineOptions eo = run.engine_options();
   GenerationEngine engine(config, policy, eo);
   refit_generator_weights(trainer, engine);
   const std::vector<int32_t> prompt = tok.encode_prompt(o.prompt);
-  FP8RL_REQUIRE(static_cast<int64_t>(prompt.size()) + o.max_new_tokens <= config.max_seq_len,
+  FP8RL_REQUIRE(static_cast<int64_t>(prompt.size()) + run.max_new_tokens <= config.max_seq_len,
                 "generate: the prompt's {} tokens + --max-new-tokens {} exceed the model's max_seq_len {} ('{}')",
-                prompt.size(), o.max_new_tokens, config.max_seq_len, o.checkpoint);
+                prompt.size(), run.max_new_tokens, config.max_seq_len, checkpoint);
   if (eo.kv_dtype == DType::kE4M3) {
     TokenBatch b = TokenBatch::empty(1, static_cast<int64_t>(prompt.size()), tok.pad());
     b.tokens = prompt;
-    engine.set_kv_scales(kv_scales_from_amax(trainer.qkv_amax(b)));
-    fmt::print("KV scales calibrated on the prompt (1.05 * amax / 448 per layer)\n");
+    engine.set_kv_scales(kv_scales_from_amax(trainer.qkv_amax(b), run.kv_scale_granularity,
+                                             static_cast<float>(run.kv_scale_margin)));
+    fmt::print("KV scales calibrated on the prompt ({} * amax / 448 per {})\n", run.kv_scale_margin,
+               kv_scale_granularity_name(run.kv_scale_granularity));
   }
   GenerateOptions g;
-  g.max_new_tokens = o.max_new_tokens;
-  g.sampling = {static_cast<float>(o.temperature), o.top_k, static_cast<float>(o.top_p), o.seed};
+  g.max_new_tokens = run.max_new_tokens;
+  g.sampling = {static_cast<float>(run.temperature), run.top_k, static_cast<float>(run.top_p), o.seed};
   g.eos = tok.eos();
   const double load_seconds = clock.seconds();
   const auto seqs = engine.generate({prompt}, o.num_samples, g);
@@ -53,8 +55,9 @@ void run_generate_job(const GenerateJobOptions& o) {
     FP8RL_REQUIRE(std::all_of(s.logprobs.begin(), s.logprobs.end(), [](float x) { return std::isfinite(x); }),
                   "generate: the model's log-probs are NaN or infinite: its weights in '{}' are finite but overflow "
                   "the forward (the last checkpoint of a diverged run?)",
-                  o.checkpoint);
-  fmt::print("prompt {:?}, {} samples, {} linears, {} KV cache\n", o.prompt, o.num_samples, o.precision, o.kv_cache_dtype);
+                  checkpoint);
+  fmt::print("prompt {:?}, {} samples, {} linears, {} KV cache\n", o.prompt, o.num_samples, precision_name(policy.linear),
+             kv_dtype_name(eo.kv_dtype));
   for (const GeneratedSequence& s : seqs) {
     double total = 0;
     std::string lps;

@@ -1,26 +1,27 @@
-// `fp8rl generate`: samples from a checkpoint with the generation engine and prints each sample
-// with its per-token log-probs.
+// `fp8rl generate`: samples from a model directory with the generation engine a run's recipe
+// describes, and prints each sample with its per-token log-probs.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "rl/recipe.h"
+
 namespace fp8rl {
 
+// What a generate invocation adds to the recipe: the prompt, how many samples, the sampling seed.
 struct GenerateJobOptions {
-  std::string checkpoint;
   std::string prompt;
   int64_t num_samples = 8;
-  int64_t max_new_tokens = 16;
-  double temperature = 1.0;
-  double top_p = 1.0;
-  int64_t top_k = 0;
   uint64_t seed = 1;
-  std::string precision = "bf16";       // generator linears: bf16 | fp8
-  std::string kv_cache_dtype = "bf16";  // bf16 | fp8
-  bool batch_invariant = true;          // EngineOptions::batch_invariant
 };
 
-void run_generate_job(const GenerateJobOptions& options);
+// Generates from config.model_dir() (model.name or model.checkpoint; one is required) with the
+// recipe's generator: generation.precision and its BF16 layers, policy.attention_precision,
+// policy.fp32_lm_head, the power-of-two scale options, generation.kv_cache_dtype, fp8_attention,
+// batch_invariant, temperature, top_p, top_k and max_new_tokens. With an FP8 KV cache the Q/K/V
+// scales come from a calibration forward over the prompt (generation.kv_scale_granularity and
+// kv_scale_margin), since no run's training batch is at hand.
+void run_generate_job(const RunConfig& config, const GenerateJobOptions& options);
 
 }  // namespace fp8rl

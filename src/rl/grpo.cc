@@ -255,7 +255,7 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
       optimizer_(policy_.layout(), config.adam, dist::optimizer_range(policy_.num_params(), comm_.rank(), comm_.size())),
       schedule_(config.schedule),
       generator_(policy_.config(), config.generator_policy(), config.engine_options()),
-      kv_granularity_(parse_kv_scale_granularity(config.kv_scale_granularity)) {
+      kv_granularity_(config.kv_scale_granularity) {
   // Every prompt framed and encoded once (and checked to fit the model).
   train_ids_ = encode_prompts(*tokenizer_, task_->train(), config.max_new_tokens, policy_.config().max_seq_len, "training");
   val_ids_ = encode_prompts(*tokenizer_, task_->validation(), config.max_new_tokens, policy_.config().max_seq_len,
@@ -267,8 +267,9 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
   // Each phase's buffers (the KV cache's pages and the generator's packed weights, the log-prob
   // forwards' scratch, the training activations and gradients) freed when the phase ends, so that
   // the peak is the largest phase's, not their sum.
-  release_memory_ = config.release_memory_between_phases == "true" ||
-                    (config.release_memory_between_phases == "auto" && policy_.num_params() >= kReleaseMemoryParams);
+  release_memory_ = config.release_memory_between_phases == ReleaseMemory::kAlways ||
+                    (config.release_memory_between_phases == ReleaseMemory::kAuto &&
+                     policy_.num_params() >= kReleaseMemoryParams);
   fp8_kv_ = generator_.kv_cache().dtype() == DType::kE4M3;
   if (resume_) {
     load_model_weights(ckpt_dir_, policy_);
@@ -323,7 +324,8 @@ double GrpoJob::start() {
   if (root_) {
     fmt::print("grpo: {} parameters; trainer {} / generator {} linears, KV cache {} ({} tokens in {} MiB); "
                "{} prompts x {} samples per step{}; validation accuracy at start {:.3f}\n",
-               policy_.num_params(), config_.precision, config_.generation_precision, config_.kv_cache_dtype,
+               policy_.num_params(), precision_name(config_.precision), precision_name(config_.generation_precision),
+               kv_dtype_name(config_.kv_cache_dtype),
                generator_.kv_cache().capacity_tokens(), generator_.kv_cache().storage_bytes() >> 20, P_, G_,
                comm_.size() > 1 ? fmt::format(" on {} processes x {} threads", comm_.size(), kernel_thread_pool().size()) : "",
                accuracy);
@@ -511,8 +513,8 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
 void GrpoJob::recalibrate_kv(int64_t step, const std::vector<Rollout>& r) {
   if (!fp8_kv_) return;
   const bool next_step = step + 1 < config_.grpo_max_num_steps;
-  const bool use_batch = config_.kv_calibration_data != "next_prompts" || !next_step;
-  const bool use_next = config_.kv_calibration_data != "batch" && next_step;
+  const bool use_batch = config_.kv_calibration_data != KvCalibrationData::kNextPrompts || !next_step;
+  const bool use_next = config_.kv_calibration_data != KvCalibrationData::kBatch && next_step;
   const int64_t per_prompt = config_.kv_calibration_samples_per_prompt > 0 ? config_.kv_calibration_samples_per_prompt : G_;
   std::vector<std::vector<int32_t>> calib;
   for (size_t i = 0; use_batch && i < r.size(); ++i) {

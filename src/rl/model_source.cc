@@ -14,11 +14,10 @@ namespace fp8rl {
 namespace fs = std::filesystem;
 
 std::unique_ptr<Tokenizer> load_model_tokenizer(const fs::path& dir, std::string_view chat_format,
-                                                const ModelConfig& model, std::string_view name) {
-  FP8RL_REQUIRE(name == "auto" || name == "char", "tokenizer.name '{}' is not one of auto, char", name);
+                                                const ModelConfig& model, TokenizerChoice choice) {
   std::unique_ptr<Tokenizer> tok;
   std::string source = "the character vocabulary";
-  if (name == "auto" && !dir.empty() &&
+  if (choice == TokenizerChoice::kAuto && !dir.empty() &&
       (fs::exists(dir / "tokenizer.json") || !uses_char_tokenizer(read_hf_config_json(dir)))) {
     // A model directory speaks its own tokenizer: without it the ids would mean other tokens.
     FP8RL_REQUIRE(fs::exists(dir / "tokenizer.json"),
@@ -37,7 +36,7 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const fs::path& dir, std::string
 }
 
 std::unique_ptr<Tokenizer> load_job_tokenizer(const RunConfig& config, const ModelConfig& model) {
-  return load_model_tokenizer(config.model_dir().value_or(""), config.chat_format, model, config.tokenizer_name);
+  return load_model_tokenizer(config.model_dir().value_or(""), config.chat_format, model, config.tokenizer);
 }
 
 Transformer load_job_model(const RunConfig& config) {

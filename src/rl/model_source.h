@@ -24,10 +24,11 @@ namespace fp8rl {
 
 // The tokenizer of model directory `dir`: DIR/tokenizer.json with `chat_format`; the character
 // vocabulary when `dir` is empty, when it has no tokenizer.json and its config.json says
-// "fp8rl_tokenizer": "char" (an fp8rl checkpoint of such a model), or when `name` is "char". A model directory without
+// "fp8rl_tokenizer": "char" (an fp8rl checkpoint of such a model), or with TokenizerChoice::kChar. A model directory without
 // tokenizer.json is otherwise an error. Checks that the ids fit the model's vocabulary.
 std::unique_ptr<Tokenizer> load_model_tokenizer(const std::filesystem::path& dir, std::string_view chat_format,
-                                                const ModelConfig& model, std::string_view name = "auto");
+                                                const ModelConfig& model,
+                                                TokenizerChoice choice = TokenizerChoice::kAuto);
 // load_model_tokenizer for the job's model directory and tokenizer.chat_format.
 std::unique_ptr<Tokenizer> load_job_tokenizer(const RunConfig& config, const ModelConfig& model);
 // The job's model with the trainer's precision policy: DIR's weights, or a random initialisation.

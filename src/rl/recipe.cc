@@ -5,6 +5,19 @@
 
 namespace fp8rl {
 
+namespace {
+
+// The recipe's names of `values`.
+std::vector<std::pair<std::string, Precision>> precision_names(std::initializer_list<Precision> values) {
+  std::vector<std::pair<std::string, Precision>> names;
+  for (Precision p : values) names.emplace_back(precision_name(p), p);
+  return names;
+}
+
+const std::vector<std::pair<std::string, DType>> kKvCacheDtypeNames = {{"bf16", DType::kBF16}, {"fp8", DType::kE4M3}};
+
+}  // namespace
+
 void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("run.name", &c.name, "fp8rl", "name of the run");
   s.add("logger.log_dir", &c.log_dir, "runs/fp8rl", "run directory: config.yaml, metrics.jsonl, checkpoints");
@@ -18,17 +31,17 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "model.checkpoint, else a random model of model.preset)");
   s.add("model.checkpoint", &c.model_checkpoint, std::nullopt,
         "checkpoint directory to start from (an fp8rl checkpoint or any model directory model.name takes)");
-  s.add("tokenizer.name", &c.tokenizer_name, "auto",
+  s.add_enum("tokenizer.name", &c.tokenizer, TokenizerChoice::kAuto, {{"auto", TokenizerChoice::kAuto}, {"char", TokenizerChoice::kChar}},
         "auto: a model directory's tokenizer.json (required there), the character vocabulary for a random model; "
-        "char: the built-in character vocabulary")
-      .choices({"auto", "char"});
+        "char: the built-in character vocabulary");
   s.add("tokenizer.chat_format", &c.chat_format, "auto",
         "framing of prompts for a model directory's tokenizer.json (auto: from its special tokens)")
       .choices({"auto", "llama3", "qwen3", "none"});
   s.add("model.seed", &c.model_seed, 1, "seed of the random initialisation").at_least(0);
   s.add("model.max_seq_len", &c.max_seq_len, 64, "longest sequence (prompt + response) in tokens").range(8, 40960);
 
-  s.add("policy.precision", &c.precision, "bf16", "trainer linear layers").choices({"fp32", "bf16", "fp8"});
+  s.add_enum("policy.precision", &c.precision, Precision::kBF16,
+             precision_names({Precision::kF32, Precision::kBF16, Precision::kFP8}), "trainer linear layers");
   s.add("policy.fp8.num_first_layers_in_bf16", &c.num_first_layers_in_bf16, 0,
         "transformer layers at the start kept in BF16").at_least(0);
   s.add("policy.fp8.num_last_layers_in_bf16", &c.num_last_layers_in_bf16, 0,
@@ -39,14 +52,14 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("policy.fp8.pow2_activation_scaling_factors", &c.pow2_activation_scaling_factors, false,
         "power-of-two activation and gradient scales");
   s.add("policy.fp32_lm_head", &c.fp32_lm_head, false, "LM head in FP32 (on every path that computes log-probs)");
-  s.add("policy.attention_precision", &c.attention_precision, "fp32",
+  s.add_enum("policy.attention_precision", &c.attention_precision, Precision::kF32,
+             precision_names({Precision::kF32, Precision::kBF16}),
         "attention products (Q K^T, P V and their gradients) in both engines: fp32, or bf16 operands with FP32 "
-        "accumulation (P and dS rounded to BF16)")
-      .choices({"fp32", "bf16"});
-  s.add("policy.release_memory_between_phases", &c.release_memory_between_phases, "auto",
+        "accumulation (P and dS rounded to BF16)");
+  s.add_enum("policy.release_memory_between_phases", &c.release_memory_between_phases, ReleaseMemory::kAuto,
+             {{"auto", ReleaseMemory::kAuto}, {"true", ReleaseMemory::kAlways}, {"false", ReleaseMemory::kNever}},
         "GRPO frees each phase's buffers when it ends (KV pages, packed generator weights, activations, "
-        "gradients); auto: for models of 100 M parameters or more")
-      .choices({"auto", "true", "false"});
+        "gradients); auto: for models of 100 M parameters or more");
   s.add("policy.activation_checkpointing", &c.activation_checkpointing, false,
         "keep only each layer's input for backward and recompute the rest layer by layer (the same bits; "
         "about a third more trainer FLOPs, activation memory a layer's instead of the model's)");
@@ -60,15 +73,17 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("policy.optimizer.beta2", &c.adam.beta2, 0.999, "AdamW beta2").range(0, 0.999999);
   s.add("policy.optimizer.eps", &c.adam.eps, 1e-8, "AdamW epsilon").greater_than(0);
   s.add("policy.max_grad_norm", &c.adam.max_grad_norm, 1.0, "global gradient-norm clip (0: off)").at_least(0);
-  s.add("policy.scheduler.kind", &c.schedule.kind, "constant", "learning-rate schedule after warmup")
-      .choices({"constant", "cosine"});
+  s.add_enum("policy.scheduler.kind", &c.schedule.kind, LrScheduleKind::kConstant,
+             {{"constant", LrScheduleKind::kConstant}, {"cosine", LrScheduleKind::kCosine}},
+             "learning-rate schedule after warmup");
   s.add("policy.scheduler.warmup_steps", &c.schedule.warmup_steps, 10, "linear warmup steps").at_least(0);
   s.add("policy.scheduler.min_lr", &c.schedule.min_lr, 0.0, "cosine floor").at_least(0);
   s.add("policy.train_global_batch_size", &c.train_global_batch_size, 64, "sequences per optimizer step").at_least(1);
   s.add("policy.train_micro_batch_size", &c.train_micro_batch_size, 64,
         "sequences per forward/backward (gradients accumulate over micro-batches)").at_least(1);
 
-  s.add("task.name", &c.task_name, "arithmetic", "task").choices({"arithmetic", "jsonl"});
+  s.add_enum("task.name", &c.task, TaskKind::kArithmetic, {{"arithmetic", TaskKind::kArithmetic}, {"jsonl", TaskKind::kJsonl}},
+             "task");
   s.add("task.jsonl.train_path", &c.jsonl.train_path, "", "JSONL file of {prompt, answer} lines (task.name: jsonl)");
   s.add("task.jsonl.validation_path", &c.jsonl.validation_path, "", "JSONL validation file (task.name: jsonl)");
   s.add("task.jsonl.prompt_key", &c.jsonl.prompt_key, "prompt", "field of a JSONL line holding the prompt");
@@ -128,12 +143,13 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "at the end, also write an FP8 export for vLLM / SGLang: the trainer's E4M3 weights and 128x128 scales "
         "(LOG_DIR/hf-fp8)");
 
-  s.add("generation.precision", &c.generation_precision, "bf16", "generator linear layers").choices({"bf16", "fp8"});
+  s.add_enum("generation.precision", &c.generation_precision, Precision::kBF16,
+             precision_names({Precision::kBF16, Precision::kFP8}), "generator linear layers");
   s.add("generation.fp8.num_first_layers_in_bf16", &c.generation_num_first_layers_in_bf16, std::nullopt,
         "generator override of policy.fp8.num_first_layers_in_bf16 (null: same as the trainer)");
   s.add("generation.fp8.num_last_layers_in_bf16", &c.generation_num_last_layers_in_bf16, std::nullopt,
         "generator override of policy.fp8.num_last_layers_in_bf16 (null: same as the trainer)");
-  s.add("generation.kv_cache_dtype", &c.kv_cache_dtype, "bf16", "KV cache storage").choices({"bf16", "fp8"});
+  s.add_enum("generation.kv_cache_dtype", &c.kv_cache_dtype, DType::kBF16, kKvCacheDtypeNames, "KV cache storage");
   s.add("generation.fp8_attention", &c.fp8_attention, true, "with an FP8 KV cache, quantize Q too (FP8 attention)");
   s.add("generation.temperature", &c.temperature, 1.0, "sampling temperature").at_least(0);
   s.add("generation.top_p", &c.top_p, 1.0, "nucleus sampling mass").range(1e-6, 1);
@@ -143,13 +159,15 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("generation.kv_calibration_samples_per_prompt", &c.kv_calibration_samples_per_prompt, 0,
         "FP8 KV: responses per prompt of the batch just trained on that recalibrate the Q/K/V scales (0: all)")
       .at_least(0);
-  s.add("generation.kv_scale_granularity", &c.kv_scale_granularity, "layer",
-        "FP8 KV: one Q/K/V scale per layer, or per KV head (q per KV head's group of query heads)")
-      .choices({"layer", "head"});
-  s.add("generation.kv_calibration_data", &c.kv_calibration_data, "batch",
+  s.add_enum("generation.kv_scale_granularity", &c.kv_scale_granularity, KvScaleGranularity::kLayer,
+             {{"layer", KvScaleGranularity::kLayer}, {"head", KvScaleGranularity::kHead}},
+        "FP8 KV: one Q/K/V scale per layer, or per KV head (q per KV head's group of query heads)");
+  s.add_enum("generation.kv_calibration_data", &c.kv_calibration_data, KvCalibrationData::kBatch,
+             {{"batch", KvCalibrationData::kBatch},
+              {"batch_and_next_prompts", KvCalibrationData::kBatchAndNextPrompts},
+              {"next_prompts", KvCalibrationData::kNextPrompts}},
         "FP8 KV: what recalibrates the scales after a step: the batch just trained on, that and the "
-        "next step's prompts, or the next step's prompts only (all with the new weights)")
-      .choices({"batch", "batch_and_next_prompts", "next_prompts"});
+        "next step's prompts, or the next step's prompts only (all with the new weights)");
   s.add("generation.kv_scale_margin", &c.kv_scale_margin, 1.05,
         "FP8 KV: scale = margin * amax / 448 (headroom over the calibration's amax)")
       .range(1.0, 16.0);
@@ -163,15 +181,15 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
 }
 
 PrecisionPolicy RunConfig::trainer_policy() const {
-  PrecisionPolicy p = precision == "fp32" ? PrecisionPolicy::fp32() : PrecisionPolicy{};
-  p.linear = parse_precision(precision);
+  PrecisionPolicy p = precision == Precision::kF32 ? PrecisionPolicy::fp32() : PrecisionPolicy{};
+  p.linear = precision;
   p.num_first_layers_in_bf16 = num_first_layers_in_bf16;
   p.num_last_layers_in_bf16 = num_last_layers_in_bf16;
   p.bf16_linear_substrings = ignore_layers;
   p.weight_scale_format = pow2_weight_scaling_factors ? ScaleFormat::kPow2 : ScaleFormat::kFp32;
   p.activation_scale_format = pow2_activation_scaling_factors ? ScaleFormat::kPow2 : ScaleFormat::kFp32;
-  p.attention = parse_precision(attention_precision);
-  p.fp32_lm_head = fp32_lm_head || precision == "fp32";
+  p.attention = attention_precision;
+  p.fp32_lm_head = fp32_lm_head || precision == Precision::kF32;
   p.validate();
   return p;
 }
@@ -179,7 +197,7 @@ PrecisionPolicy RunConfig::trainer_policy() const {
 PrecisionPolicy RunConfig::generator_policy() const {
   PrecisionPolicy p = trainer_policy();
   p.activations = Precision::kBF16;
-  p.linear = parse_precision(generation_precision);
+  p.linear = generation_precision;
   if (generation_num_first_layers_in_bf16) p.num_first_layers_in_bf16 = *generation_num_first_layers_in_bf16;
   if (generation_num_last_layers_in_bf16) p.num_last_layers_in_bf16 = *generation_num_last_layers_in_bf16;
   p.fp32_lm_head = fp32_lm_head;  // identical on both sides: the largest mismatch source otherwise
@@ -189,7 +207,7 @@ PrecisionPolicy RunConfig::generator_policy() const {
 
 EngineOptions RunConfig::engine_options() const {
   EngineOptions e;
-  e.kv_dtype = parse_kv_dtype(kv_cache_dtype.c_str());
+  e.kv_dtype = kv_cache_dtype;
   e.fp8_attention = fp8_attention;
   e.kv_cache_bytes = kv_cache_bytes;
   e.max_num_seqs = max_num_seqs;
@@ -198,14 +216,15 @@ EngineOptions RunConfig::engine_options() const {
 }
 
 void RunConfig::validate_grpo() const {
-  FP8RL_REQUIRE(precision != "fp32", "GRPO runs bf16 or fp8 trainers (policy.precision: fp32 is for reference checks)");
-  const bool fp8_generation = generation_precision == "fp8" || kv_cache_dtype == "fp8";
+  FP8RL_REQUIRE(precision != Precision::kF32,
+                "GRPO runs bf16 or fp8 trainers (policy.precision: fp32 is for reference checks)");
+  const bool fp8_generation = generation_precision == Precision::kFP8 || kv_cache_dtype == DType::kE4M3;
   FP8RL_REQUIRE(!fp8_generation || loss.use_importance_sampling_correction || allow_fp8_generation_without_is,
               "FP8 generation (generation.precision: {}, generation.kv_cache_dtype: {}) needs "
               "loss_fn.use_importance_sampling_correction: true (or loss_fn.allow_fp8_generation_without_is: true)",
-              generation_precision, kv_cache_dtype);
-  FP8RL_REQUIRE(!fp8_kv_attention || kv_cache_dtype == "fp8",
-              "policy.fp8_kv_attention: true needs generation.kv_cache_dtype: fp8 (got {})", kv_cache_dtype);
+              precision_name(generation_precision), kv_dtype_name(kv_cache_dtype));
+  FP8RL_REQUIRE(!fp8_kv_attention || kv_cache_dtype == DType::kE4M3,
+              "policy.fp8_kv_attention: true needs generation.kv_cache_dtype: fp8 (got {})", kv_dtype_name(kv_cache_dtype));
   validate_grpo_loss_config(loss);
 }
 
@@ -223,12 +242,13 @@ std::optional<std::string> RunConfig::model_dir() const {
 }
 
 std::unique_ptr<Task> make_task(const RunConfig& config) {
-  if (config.task_name == "jsonl") {
-    FP8RL_REQUIRE(!config.jsonl.train_path.empty() && !config.jsonl.validation_path.empty(),
-                "task.name: jsonl needs task.jsonl.train_path and task.jsonl.validation_path");
-    return std::make_unique<JsonlTask>(config.jsonl);
+  switch (config.task) {
+    case TaskKind::kJsonl:
+      FP8RL_REQUIRE(!config.jsonl.train_path.empty() && !config.jsonl.validation_path.empty(),
+                    "task.name: jsonl needs task.jsonl.train_path and task.jsonl.validation_path");
+      return std::make_unique<JsonlTask>(config.jsonl);
+    case TaskKind::kArithmetic: break;
   }
-  FP8RL_REQUIRE(config.task_name == "arithmetic", "unknown task '{}'", config.task_name);
   return std::make_unique<ArithmeticTask>(config.arithmetic);
 }
 

@@ -17,11 +17,20 @@
 #include "model/precision.h"
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
+#include "rl/refit.h"
 #include "tasks/arithmetic.h"
 #include "tasks/jsonl_task.h"
 #include "tasks/task.h"
 
 namespace fp8rl {
+
+// Enum-like recipe keys are parsed once, at the schema (ConfigSchema::add_enum), into these types;
+// nothing past bind_run_config compares their names.
+enum class TokenizerChoice : uint8_t { kAuto, kChar };          // tokenizer.name: auto | char
+enum class ReleaseMemory : uint8_t { kAuto, kAlways, kNever };  // policy.release_memory_between_phases: auto | true | false
+enum class TaskKind : uint8_t { kArithmetic, kJsonl };          // task.name
+// generation.kv_calibration_data: batch | batch_and_next_prompts | next_prompts
+enum class KvCalibrationData : uint8_t { kBatch, kBatchAndNextPrompts, kNextPrompts };
 
 struct RunConfig {
   // Identity and output.
@@ -33,23 +42,23 @@ struct RunConfig {
   std::string model_preset;                     // model.preset
   std::optional<std::string> model_name;        // model.name: a Hugging Face model directory
   std::optional<std::string> model_checkpoint;  // model.checkpoint: start from these weights
-  std::string tokenizer_name;                   // tokenizer.name: auto | char
+  TokenizerChoice tokenizer = TokenizerChoice::kAuto;  // tokenizer.name
   std::string chat_format;                      // tokenizer.chat_format
   int64_t model_seed = 0;                       // model.seed: random init when no checkpoint
   int64_t max_seq_len = 0;                      // model.max_seq_len
 
   // Trainer precision (policy.*).
-  std::string precision;                    // policy.precision: fp32 | bf16 | fp8
+  Precision precision = Precision::kBF16;   // policy.precision: fp32 | bf16 | fp8
   int64_t num_first_layers_in_bf16 = 0;     // policy.fp8.num_first_layers_in_bf16
   int64_t num_last_layers_in_bf16 = 0;      // policy.fp8.num_last_layers_in_bf16
   std::vector<std::string> ignore_layers;   // policy.fp8.ignore_layers (name substrings kept BF16)
   bool pow2_weight_scaling_factors = false;
   bool pow2_activation_scaling_factors = false;
   bool fp32_lm_head = false;                // policy.fp32_lm_head
-  std::string attention_precision;          // policy.attention_precision: fp32 | bf16
+  Precision attention_precision = Precision::kF32;  // policy.attention_precision: fp32 | bf16
   bool fp8_kv_attention = false;            // policy.fp8_kv_attention (with an FP8 KV cache)
   bool activation_checkpointing = false;    // policy.activation_checkpointing
-  std::string release_memory_between_phases;  // policy.release_memory_between_phases: auto | true | false
+  ReleaseMemory release_memory_between_phases = ReleaseMemory::kAuto;  // policy.release_memory_between_phases
 
   // Optimizer and schedule (policy.optimizer.*, policy.scheduler.*).
   AdamWConfig adam;
@@ -58,7 +67,7 @@ struct RunConfig {
   int64_t train_micro_batch_size = 0;   // policy.train_micro_batch_size
 
   // Task.
-  std::string task_name;  // task.name: arithmetic | jsonl
+  TaskKind task = TaskKind::kArithmetic;  // task.name: arithmetic | jsonl
   ArithmeticTaskConfig arithmetic;
   JsonlTaskConfig jsonl;
 
@@ -87,10 +96,10 @@ struct RunConfig {
   bool export_fp8 = false;                 // checkpointing.export_fp8
 
   // Generator (generation.*).
-  std::string generation_precision;  // generation.precision: bf16 | fp8 (generator linears)
+  Precision generation_precision = Precision::kBF16;  // generation.precision: bf16 | fp8 (generator linears)
   std::optional<int64_t> generation_num_first_layers_in_bf16;  // per-engine overrides of policy.fp8.*
   std::optional<int64_t> generation_num_last_layers_in_bf16;
-  std::string kv_cache_dtype;        // generation.kv_cache_dtype: bf16 | fp8
+  DType kv_cache_dtype = DType::kBF16;  // generation.kv_cache_dtype: bf16 | fp8 (kE4M3)
   bool fp8_attention = true;         // generation.fp8_attention (with an FP8 KV cache)
   bool batch_invariant = true;       // generation.batch_invariant
   double temperature = 1.0;
@@ -100,8 +109,8 @@ struct RunConfig {
   int64_t max_num_seqs = 0;
   bool share_prefix = true;
   int64_t kv_calibration_samples_per_prompt = 0;  // generation.kv_calibration_samples_per_prompt
-  std::string kv_scale_granularity;               // generation.kv_scale_granularity: layer | head
-  std::string kv_calibration_data;  // generation.kv_calibration_data: batch | batch_and_next_prompts | next_prompts
+  KvScaleGranularity kv_scale_granularity = KvScaleGranularity::kLayer;  // generation.kv_scale_granularity
+  KvCalibrationData kv_calibration_data = KvCalibrationData::kBatch;  // generation.kv_calibration_data
   double kv_scale_margin = 1.05;                  // generation.kv_scale_margin
 
   // The trainer's precision policy these fields describe.

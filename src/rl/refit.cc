@@ -115,13 +115,6 @@ std::vector<Transformer::QkvAmax> calibrate_qkv_amax(Transformer& trainer, std::
 
 const char* kv_scale_granularity_name(KvScaleGranularity g) { return g == KvScaleGranularity::kHead ? "head" : "layer"; }
 
-KvScaleGranularity parse_kv_scale_granularity(const std::string& name) {
-  if (name == "layer") return KvScaleGranularity::kLayer;
-  if (name == "head") return KvScaleGranularity::kHead;
-  FP8RL_CHECK(false, "generation.kv_scale_granularity: '{}' (expected layer or head)", name);
-  return KvScaleGranularity::kLayer;
-}
-
 std::vector<QkvScales> kv_scales_from_amax(const std::vector<Transformer::QkvAmax>& amax,
                                            KvScaleGranularity granularity, float margin) {
   auto ok = [](float x) { return std::isfinite(x) && x > 0.0f; };

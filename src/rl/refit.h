@@ -43,7 +43,6 @@ enum class KvScaleGranularity : uint8_t {
   kHead,   // one k and v scale per KV head; q per KV head's GQA group of query heads
 };
 const char* kv_scale_granularity_name(KvScaleGranularity g);
-KvScaleGranularity parse_kv_scale_granularity(const std::string& name);  // "layer" | "head"
 
 // 1.05 * amax / 448 per layer (and per head with KvScaleGranularity::kHead: k and v from each KV
 // head's amax, q from the largest amax of the query heads of its group) from the amax of the

@@ -72,7 +72,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
       greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
   if (root)
     fmt::print("sft: {} parameters, precision {}, validation accuracy before: {:.3f} ({} examples){}\n",
-               model.num_params(), config.precision, result.val_accuracy_before,
+               model.num_params(), precision_name(config.precision), result.val_accuracy_before,
                std::min<int64_t>(config.val_max_examples, static_cast<int64_t>(task->validation().size())),
                comm.size() > 1 ? fmt::format("; {} processes x {} threads", comm.size(), kernel_thread_pool().size()) : "");
 

@@ -85,7 +85,7 @@ TEST(LrSchedule, WarmupConstantAndCosine) {
   EXPECT_DOUBLE_EQ(s.lr_at(1.0, 0), 0.25);
   EXPECT_DOUBLE_EQ(s.lr_at(1.0, 3), 1.0);
   EXPECT_DOUBLE_EQ(s.lr_at(1.0, 100), 1.0);
-  s.kind = "cosine";
+  s.kind = LrScheduleKind::kCosine;
   s.total_steps = 14;
   s.min_lr = 0.1;
   EXPECT_DOUBLE_EQ(s.lr_at(1.0, 4), 1.0);
