@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "kernels/attention_row.h"
+#include "kernels/attention_scales.h"
 #include "kernels/gemm.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
@@ -160,19 +161,6 @@ void GenerationEngine::set_kv_scales(const std::vector<QkvScales>& scales) {
   kv_.set_scales(scales, options_.kv_dtype == DType::kE4M3 && options_.fp8_attention);
 }
 
-// From how many rows a linear runs as one GEMM instead of GEMV calls of 16 rows each (same row
-// bits). BF16 strips are read in place by the GEMV, which beats the GEMM's packing up to 4
-// passes (bench generate, medium: 64 sequences 5.4-5.7k tok/s on the GEMV vs 4.7-5.1k on the
-// GEMM; prefill +30 % on the GEMM). The FP8 GEMV decodes the codes again on every pass, the GEMM
-// once while packing: with the AVX-512 decoder 4 passes still win (64 sequences: 4.9-5.9k vs
-// 3.0-4.5k tok/s on Zen 5), with the AVX2 one a second pass already loses (1.6-1.7k vs 1.9-2.2k);
-// AMX machines keep the GEMM on tiles from the second pass (not measured against 4 passes).
-constexpr int64_t kGemmFromRowsBf16 = 4 * kGemvMaxRows + 1;
-int64_t gemm_from_rows_fp8() {
-  static const int64_t rows = resolve_isa(Isa::kAuto) == Isa::kAvx512 ? 4 * kGemvMaxRows + 1 : kGemvMaxRows + 1;
-  return rows;
-}
-
 void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round) {
   const int64_t K = calls.begin()->lin->K;
   for (const LinearCall& c : calls)
@@ -191,7 +179,7 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
         gemm_nt_f32(R, c->lin->N, K, x, K, c->lin->f32.data(), K, c->y, c->lin->N, false, gemm);
       continue;
     }
-    const bool use_gemm = R >= (p == Precision::kBF16 ? kGemmFromRowsBf16 : gemm_from_rows_fp8());
+    const bool use_gemm = R >= gemm_from_rows(p == Precision::kBF16 ? DType::kBF16 : DType::kE4M3);
     // GEMV calls take rows in groups of at most 16: every linear's output from row r0 on.
     auto gemv_targets = [&](int64_t r0) {
       std::vector<GemvTarget> at;
@@ -238,7 +226,6 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
   const int64_t D = config_.head_dim, QD = config_.q_dim(), KD = config_.kv_dim(), group = Hq / Hkv;
   const bool fp8_kv = options_.kv_dtype == DType::kE4M3;
   const bool fp8_attention = fp8_kv && options_.fp8_attention;
-  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
 
   // The activations live in scratch_, resized (not reallocated) from call to call.
   const auto sized = [R](auto& buf, int64_t width) -> auto& {
@@ -302,15 +289,12 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
         if (from_prefix > 0) kv_.append_runs(*row.prefix, l, from_prefix, g * D, runs);
         if (len > from_prefix) kv_.append_runs(*row.own, l, len - from_prefix, g * D, runs);
         const float* qg = q.data() + r * QD + g * group * D;  // the group's query heads, D apart
-        float score_scale = softmax_scale;
-        const float q_scale = sc.q_of(g), k_scale = sc.k_of(g);
+        const float q_scale = sc.q_of(g), k_scale = sc.k_of(g);  // 1 with a BF16 cache (kUnitScales)
         if (fp8_attention) {
           for (int64_t d = 0; d < group * D; ++d) qq[static_cast<size_t>(d)] = e4m3_to_f32(f32_to_e4m3(qg[d] / q_scale));
           qg = qq.data();
-          score_scale = q_scale * k_scale * softmax_scale;
-        } else if (fp8_kv) {
-          score_scale = k_scale * softmax_scale;
         }
+        const float score_scale = attention_score_scale(D, k_scale, fp8_attention ? q_scale : 1.0f);
         attention_group_kv(att.data() + r * QD + g * group * D, D, probs.data(), len, qg, D, group, runs.data(),
                            static_cast<int>(runs.size()), len, D, KD, element, score_scale, fp8_kv ? sc.v_of(g) : 1.0f,
                            policy_.attention == Precision::kBF16);

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <string_view>
 
 #include "core/check.h"
 #include "numerics/e4m3.h"
@@ -11,13 +10,6 @@ namespace fp8rl {
 
 const char* kv_dtype_name(DType d) { return d == DType::kE4M3 ? "fp8" : "bf16"; }
 
-DType parse_kv_dtype(const char* name) {
-  const std::string_view n(name);
-  if (n == "bf16") return DType::kBF16;
-  if (n == "fp8") return DType::kE4M3;
-  FP8RL_CHECK(false, "unknown kv_cache_dtype '{}' (expected bf16 or fp8)", n);
-  return DType::kBF16;
-}
 
 KvCache::KvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, DType dtype, int64_t budget_bytes)
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), kv_dim_(n_kv_heads * head_dim), dtype_(dtype) {

@@ -28,7 +28,6 @@ namespace fp8rl {
 
 // The KV cache stores DType::kBF16 or DType::kE4M3 rows; recipes name them "bf16" and "fp8".
 const char* kv_dtype_name(DType d);
-DType parse_kv_dtype(const char* name);  // "bf16" | "fp8"
 
 inline constexpr int64_t kPageTokens = 16;
 

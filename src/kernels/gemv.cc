@@ -218,4 +218,10 @@ void gemv_fp8(const PackedGemvWeights& W, const QuantizedMatrix& x, float* y, in
   gemv_fp8(&target, 1, x, options);
 }
 
+int64_t gemm_from_rows(DType weights) {
+  if (weights == DType::kBF16) return 4 * kGemvMaxRows + 1;
+  static const int64_t fp8_rows = resolve_isa(Isa::kAuto) == Isa::kAvx512 ? 4 * kGemvMaxRows + 1 : kGemvMaxRows + 1;
+  return fp8_rows;
+}
+
 }  // namespace fp8rl

@@ -91,4 +91,12 @@ void gemv_bf16(const GemvTarget* targets, int num_targets, int64_t M, const bf16
                const GemvOptions& options = {});
 void gemv_fp8(const GemvTarget* targets, int num_targets, const QuantizedMatrix& x, const GemvOptions& options = {});
 
+// From how many rows a product with `weights` (kBF16 or kE4M3) runs faster as one GEMM than as
+// GEMV calls of kGemvMaxRows rows each; the rows' bits are the same either way. The BF16 GEMV
+// reads its strips in place and beats the GEMM's packing up to 4 passes; the FP8 GEMV decodes the
+// codes again on every pass (the GEMM once, while packing), which the AVX-512 decoder affords for
+// 4 passes and the AVX2 one for 1; AMX runs the GEMM on tiles from the second pass. Measured in
+// docs/generation.md ("GEMV or GEMM per forward").
+int64_t gemm_from_rows(DType weights);
+
 }  // namespace fp8rl

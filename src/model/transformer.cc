@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/attention_row.h"
+#include "kernels/attention_scales.h"
 #include "kernels/logprob.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
@@ -502,11 +503,9 @@ Transformer::E4m3Qkv Transformer::round_qkv_to_e4m3(int64_t l, const LayerActs& 
   }
   round_heads_to_e4m3(a.k.data(), const_cast<float*>(r.k), const_cast<float*>(r.k_codes), N, Hkv, D, 1, sc.k);
   round_heads_to_e4m3(a.v.data(), const_cast<float*>(r.v), const_cast<float*>(r.v_codes), N, Hkv, D, 1, sc.v);
-  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
-  for (int64_t g = 0; g < Hkv; ++g) {  // the generator's expressions (GenerationEngine::forward_rows)
+  for (int64_t g = 0; g < Hkv; ++g) {  // as GenerationEngine::forward_rows computes them
     const float k_scale = sc.k[static_cast<size_t>(g)];
-    r.score_scales.push_back(sc.q.empty() ? k_scale * softmax_scale
-                                          : sc.q[static_cast<size_t>(g)] * k_scale * softmax_scale);
+    r.score_scales.push_back(attention_score_scale(D, k_scale, sc.q.empty() ? 1.0f : sc.q[static_cast<size_t>(g)]));
     r.value_scales.push_back(sc.v[static_cast<size_t>(g)]);
   }
   return r;
