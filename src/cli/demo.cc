@@ -49,7 +49,7 @@ void run_demo(int64_t elements) {
     }
   }
 
-  QuantizedTensor q(ScalingMode::kRows1x128, rows, cols, ScaleFormat::kFp32, false);
+  QuantizedTensor q(ScalingMode::kRows1x128, rows, cols, ScaleFormat::kFp32, /*with_columnwise=*/false);
   const double seconds = bench::time_median([&] { quantize_into(x.view(), q); }, 5);
   fmt::print("\nquantize_rows_1x128: {:.2f} GB/s of FP32 input ({} MiB, median of 5, one thread)\n",
              static_cast<double>(n) * 4 / seconds / 1e9, n * 4 >> 20);

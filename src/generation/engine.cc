@@ -103,7 +103,8 @@ void GenerationEngine::load_linear(EngineLinear& dst, const LinearWeightSource& 
         QuantizedTensor& rows = dst.own_fp8;
         if (rows.rows() != N || rows.cols() != K || rows.mode() != ScalingMode::kBlocks128x128 ||
             rows.scale_format != policy_.weight_scale_format)
-          rows = QuantizedTensor(ScalingMode::kBlocks128x128, N, K, policy_.weight_scale_format, false);
+          rows = QuantizedTensor(ScalingMode::kBlocks128x128, N, K, policy_.weight_scale_format,
+                                 /*with_columnwise=*/false);
         quantize_into(TensorView::contiguous(const_cast<float*>(src.f32), DType::kF32, Shape{N, K}), rows);
         dst.fp8_rows = &rows.rowwise;
       }
@@ -176,7 +177,7 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
     if (group.empty()) continue;
     if (p == Precision::kF32) {
       for (const LinearCall* c : group)
-        gemm_nt_f32(R, c->lin->N, K, x, K, c->lin->f32.data(), K, c->y, c->lin->N, false, gemm);
+        gemm_nt_f32(R, c->lin->N, K, x, K, c->lin->f32.data(), K, c->y, c->lin->N, /*accumulate=*/false, gemm);
       continue;
     }
     const bool use_gemm = R >= gemm_from_rows(p == Precision::kBF16 ? DType::kBF16 : DType::kE4M3);
@@ -191,7 +192,8 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
       bf16_encode_f32(x, xh.data(), R * K);
       if (use_gemm) {
         for (const LinearCall* c : group)
-          gemm_nt_bf16(R, c->lin->N, K, xh.data(), K, c->lin->bf16_rows, K, c->y, c->lin->N, false, gemm);
+          gemm_nt_bf16(R, c->lin->N, K, xh.data(), K, c->lin->bf16_rows, K, c->y, c->lin->N, /*accumulate=*/false,
+                       gemm);
         continue;
       }
       for (int64_t r0 = 0; r0 < R; r0 += kGemvMaxRows) {
@@ -203,14 +205,15 @@ void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, 
     // W8A8: activations quantized 1x128 per row, exactly as the trainer's FP8 forward does (the
     // rows are independent, so all R at once for the GEMM, 16 at a time for the GEMV).
     const int64_t step = use_gemm ? R : kGemvMaxRows;
-    QuantizedTensor xq(ScalingMode::kRows1x128, std::min(step, R), K, policy_.activation_scale_format, false);
+    QuantizedTensor xq(ScalingMode::kRows1x128, std::min(step, R), K, policy_.activation_scale_format,
+                       /*with_columnwise=*/false);
     for (int64_t r0 = 0; r0 < R; r0 += step) {
       const int64_t m = std::min(step, R - r0);
       xq.reshape(m, K);  // the last group may be shorter; the storage is kept
       quantize_into(TensorView::contiguous(const_cast<float*>(x + r0 * K), DType::kF32, Shape{m, K}), xq);
       if (use_gemm) {
         for (const LinearCall* c : group)
-          gemm_nt_fp8(xq.rowwise, *c->lin->fp8_rows, c->y, c->lin->N, false, gemm);
+          gemm_nt_fp8(xq.rowwise, *c->lin->fp8_rows, c->y, c->lin->N, /*accumulate=*/false, gemm);
       } else {
         const std::vector<GemvTarget> at = gemv_targets(r0);
         gemv_fp8(at.data(), static_cast<int>(at.size()), xq.rowwise, gemv);
@@ -249,11 +252,12 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
   if (config_.qk_norm) qn.resize(q.size()), kn.resize(k.size());
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     EngineLayer& e = layers_[static_cast<size_t>(l)];
-    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.attn_norm.data(), R, C, config_.norm_eps, true);
+    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.attn_norm.data(), R, C, config_.norm_eps,
+                    /*round_output_bf16=*/true);
     linears_forward({{&e.lin[kQ], config_.qk_norm ? qn.data() : q.data()},
                      {&e.lin[kK], config_.qk_norm ? kn.data() : k.data()},
                      {&e.lin[kV], v.data()}},
-                    h.data(), R, true);
+                    h.data(), R, /*round_bf16=*/true);
     if (config_.qk_norm) {
       rmsnorm_forward(q.data(), rstd.data(), qn.data(), e.q_norm.data(), R * Hq, D, config_.norm_eps);
       rmsnorm_forward(k.data(), rstd.data(), kn.data(), e.k_norm.data(), R * Hkv, D, config_.norm_eps);
@@ -301,13 +305,14 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
       }
       round_bf16(att.data() + r * QD, QD);
     });
-    linears_forward({{&e.lin[kO], tmp.data()}}, att.data(), R, true);
+    linears_forward({{&e.lin[kO], tmp.data()}}, att.data(), R, /*round_bf16=*/true);
     for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
     round_bf16(x.data(), R * C);
-    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.mlp_norm.data(), R, C, config_.norm_eps, true);
-    linears_forward({{&e.lin[kGate], g.data()}, {&e.lin[kUp], u.data()}}, h.data(), R, true);
-    swiglu_forward(s.data(), g.data(), u.data(), R * F, true);
-    linears_forward({{&e.lin[kDown], tmp.data()}}, s.data(), R, true);
+    rmsnorm_forward(h.data(), rstd.data(), x.data(), e.mlp_norm.data(), R, C, config_.norm_eps,
+                    /*round_output_bf16=*/true);
+    linears_forward({{&e.lin[kGate], g.data()}, {&e.lin[kUp], u.data()}}, h.data(), R, /*round_bf16=*/true);
+    swiglu_forward(s.data(), g.data(), u.data(), R * F, /*round_output_bf16=*/true);
+    linears_forward({{&e.lin[kDown], tmp.data()}}, s.data(), R, /*round_bf16=*/true);
     for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
     round_bf16(x.data(), R * C);
   }
@@ -325,7 +330,7 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
   }
   rmsnorm_forward(h.data(), rstd.data(), x.data(), final_norm_.data(), L, C, config_.norm_eps);
   if (!policy_.fp32_lm_head) round_bf16(h.data(), L * C);
-  linears_forward({{&lm_head_, logits}}, h.data(), L, false);
+  linears_forward({{&lm_head_, logits}}, h.data(), L, /*round_bf16=*/false);
 }
 
 std::vector<float> GenerationEngine::prompt_logits(const std::vector<int32_t>& tokens) {

@@ -219,8 +219,8 @@ ConfigField& ConfigSchema::add_enum(std::string key, E* target, E default_value,
     for (const auto& [name, value] : names)
       if (name == std::get<std::string>(v)) *target = value;
   };
-  ConfigField& field = register_field(std::move(key), ConfigType::kString, false, ConfigValue(default_name),
-                                      std::move(help), std::move(get), std::move(set));
+  ConfigField& field = register_field(std::move(key), ConfigType::kString, /*nullable=*/false,
+                                      ConfigValue(default_name), std::move(help), std::move(get), std::move(set));
   field.choices(std::move(allowed));
   *target = default_value;
   return field;

@@ -160,14 +160,14 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
           bf16_encode_f32(p, pb.data(), tn * width);  // P is BF16-valued already: exact
           gemm_tn_bf16(width, D, tn, pb.data(), width, oi, D, dv + kv_off, ldkv, /*accumulate=*/true);  // dV += P^T dO
           gemm_nt_bf16(tn, width, D, oi, D, vb.data(), D, ds.data(), width);                            // dP = dO V^T
-          softmax_backward(true);
+          softmax_backward(/*round=*/true);
           gemm_nn_bf16(tn, D, width, sb.data(), width, kb.data(), D, dq + q_off + t0 * ldq, ldq);  // dQ = dS K
           gemm_tn_bf16(width, D, tn, sb.data(), width, qi, D, dk + kv_off, ldkv, /*accumulate=*/true);  // dK += dS^T Q
         } else {
           const float* oi = dout + q_off + t0 * ldq;  // [tn, D], stride ldq
           gemm_tn_f32(width, D, tn, p, width, oi, ldq, dv + kv_off, ldkv, /*accumulate=*/true);
           gemm_nt_f32(tn, width, D, oi, ldq, v + kv_off, ldkv, ds.data(), width);
-          softmax_backward(false);
+          softmax_backward(/*round=*/false);
           gemm_nn_f32(tn, D, width, ds.data(), width, k + kv_off, ldkv, dq + q_off + t0 * ldq, ldq);
           gemm_tn_f32(width, D, tn, ds.data(), width, q + q_off + t0 * ldq, ldq, dk + kv_off, ldkv, /*accumulate=*/true);
         }

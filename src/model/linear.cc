@@ -160,20 +160,20 @@ void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bo
   switch (precision_) {
     case Precision::kF32:
       cache.x = x;
-      gemm_nt_f32(M, N_, K_, x, K_, w_master_, K_, y, N_, false, gemm);
+      gemm_nt_f32(M, N_, K_, x, K_, w_master_, K_, y, N_, /*accumulate=*/false, gemm);
       break;
     case Precision::kBF16:
       if (same_x == nullptr) to_bf16(x, M * K_, cache.x_bf16);
       FP8RL_CHECK(in.x_bf16.size() == static_cast<size_t>(M * K_), "linear '{}': shared input is not [{}, {}] BF16",
                   name_, M, K_);
-      gemm_nt_bf16(M, N_, K_, in.x_bf16.data(), K_, w_bf16_.data(), K_, y, N_, false, gemm);
+      gemm_nt_bf16(M, N_, K_, in.x_bf16.data(), K_, w_bf16_.data(), K_, y, N_, /*accumulate=*/false, gemm);
       break;
     case Precision::kFP8:
       if (same_x == nullptr) quantize_activation(x, M, K_, activation_format_, save_for_backward, cache.x_fp8);
       FP8RL_CHECK(in.x_fp8.rows() == M && in.x_fp8.cols() == K_ &&
                       in.x_fp8.columnwise.has_value() == save_for_backward,
                   "linear '{}': shared input is not [{}, {}] FP8 as this forward needs it", name_, M, K_);
-      gemm_nt_fp8(in.x_fp8.rowwise, w_fp8_.rowwise, y, N_, false, gemm);
+      gemm_nt_fp8(in.x_fp8.rowwise, w_fp8_.rowwise, y, N_, /*accumulate=*/false, gemm);
       break;
   }
 }

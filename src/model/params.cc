@@ -19,24 +19,24 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
     tensors_.push_back({std::move(name), shape, numel_, decay});
     numel_ += shape.numel();
   };
-  add("model.embed_tokens.weight", Shape{c.vocab_size, c.d_model}, true);
+  add("model.embed_tokens.weight", Shape{c.vocab_size, c.d_model}, /*decay=*/true);
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    add(layer_param_name(l, "input_layernorm.weight"), Shape{c.d_model}, false);
-    add(layer_param_name(l, "self_attn.q_proj.weight"), Shape{c.q_dim(), c.d_model}, true);
-    add(layer_param_name(l, "self_attn.k_proj.weight"), Shape{c.kv_dim(), c.d_model}, true);
-    add(layer_param_name(l, "self_attn.v_proj.weight"), Shape{c.kv_dim(), c.d_model}, true);
-    add(layer_param_name(l, "self_attn.o_proj.weight"), Shape{c.d_model, c.q_dim()}, true);
+    add(layer_param_name(l, "input_layernorm.weight"), Shape{c.d_model}, /*decay=*/false);
+    add(layer_param_name(l, "self_attn.q_proj.weight"), Shape{c.q_dim(), c.d_model}, /*decay=*/true);
+    add(layer_param_name(l, "self_attn.k_proj.weight"), Shape{c.kv_dim(), c.d_model}, /*decay=*/true);
+    add(layer_param_name(l, "self_attn.v_proj.weight"), Shape{c.kv_dim(), c.d_model}, /*decay=*/true);
+    add(layer_param_name(l, "self_attn.o_proj.weight"), Shape{c.d_model, c.q_dim()}, /*decay=*/true);
     if (c.qk_norm) {
-      add(layer_param_name(l, "self_attn.q_norm.weight"), Shape{c.head_dim}, false);
-      add(layer_param_name(l, "self_attn.k_norm.weight"), Shape{c.head_dim}, false);
+      add(layer_param_name(l, "self_attn.q_norm.weight"), Shape{c.head_dim}, /*decay=*/false);
+      add(layer_param_name(l, "self_attn.k_norm.weight"), Shape{c.head_dim}, /*decay=*/false);
     }
-    add(layer_param_name(l, "post_attention_layernorm.weight"), Shape{c.d_model}, false);
-    add(layer_param_name(l, "mlp.gate_proj.weight"), Shape{c.d_ff, c.d_model}, true);
-    add(layer_param_name(l, "mlp.up_proj.weight"), Shape{c.d_ff, c.d_model}, true);
-    add(layer_param_name(l, "mlp.down_proj.weight"), Shape{c.d_model, c.d_ff}, true);
+    add(layer_param_name(l, "post_attention_layernorm.weight"), Shape{c.d_model}, /*decay=*/false);
+    add(layer_param_name(l, "mlp.gate_proj.weight"), Shape{c.d_ff, c.d_model}, /*decay=*/true);
+    add(layer_param_name(l, "mlp.up_proj.weight"), Shape{c.d_ff, c.d_model}, /*decay=*/true);
+    add(layer_param_name(l, "mlp.down_proj.weight"), Shape{c.d_model, c.d_ff}, /*decay=*/true);
   }
-  add("model.norm.weight", Shape{c.d_model}, false);
-  if (!c.tie_embeddings) add("lm_head.weight", Shape{c.vocab_size, c.d_model}, true);
+  add("model.norm.weight", Shape{c.d_model}, /*decay=*/false);
+  if (!c.tie_embeddings) add("lm_head.weight", Shape{c.vocab_size, c.d_model}, /*decay=*/true);
 }
 
 const ParamInfo& ParamLayout::find(std::string_view name) const {

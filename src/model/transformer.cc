@@ -597,8 +597,9 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
     ensure(x_final_, N * C), ensure(hf_, N * C), ensure(rstd_f_, N), ensure(lse_, N);
     embed(x_final_.data(), rows_);
     for (int64_t l = 0; l < config_.n_layers; ++l)
-      qkv_amax_[static_cast<size_t>(l)] = layer_forward(l, x_final_.data(), recompute_acts_, x_final_.data(),
-                                                        backward_scratch_.tmp.data(), rows_, false, false);
+      qkv_amax_[static_cast<size_t>(l)] =
+          layer_forward(l, x_final_.data(), recompute_acts_, x_final_.data(), backward_scratch_.tmp.data(), rows_,
+                        /*save_for_backward=*/false, /*stop_after_qkv=*/false);
     final_norm(hf_.data(), rstd_f_.data(), x_final_.data(), N);
     lm_head_logprobs_forward(lm_head_, hf_.data(), N, batch.targets.data(), logprobs, lse_.data(), head_scratch_);
     return;
@@ -759,14 +760,14 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
   float *dq_raw = w.dq_raw.data(), *dk_raw = w.dk_raw.data();
   const size_t residual_bytes = sizeof(float) * static_cast<size_t>(N * C);
   // x_next = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
-  ll.down.backward(ds, false, lg.w_down, dx, N, a.cdown);
+  ll.down.backward(ds, /*accumulate_dx=*/false, lg.w_down, dx, N, a.cdown);
   swiglu_backward(dg, du, ds, a.g.data(), a.u.data(), N * F);
-  ll.gate.backward(dh, false, lg.w_gate, dg, N, a.cgate);
-  ll.up.backward(dh, true, lg.w_up, du, N, a.cup);
+  ll.gate.backward(dh, /*accumulate_dx=*/false, lg.w_gate, dg, N, a.cgate);
+  ll.up.backward(dh, /*accumulate_dx=*/true, lg.w_up, du, N, a.cup);
   std::memcpy(dx_mid, dx, residual_bytes);
-  rmsnorm_backward(dx_mid, lg.mlp_norm, dh, a.x_mid.data(), lw.mlp_norm, a.rstd2.data(), N, C, true);
+  rmsnorm_backward(dx_mid, lg.mlp_norm, dh, a.x_mid.data(), lw.mlp_norm, a.rstd2.data(), N, C, /*accumulate_dx=*/true);
   // x_mid = x + o(attention(rope(norm(q(h1))), rope(norm(k(h1))), v(h1))), h1 = norm(x)
-  ll.o.backward(datt, false, lg.wo, dx_mid, N, a.co);
+  ll.o.backward(datt, /*accumulate_dx=*/false, lg.wo, dx_mid, N, a.co);
   const AttentionShape shape{B_, T_, Hq, Hkv, D};
   const bool bf16_attention = policy_.attention == Precision::kBF16;
   if (attention_e4m3_.empty()) {
@@ -784,16 +785,18 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
   const float* dq_in = dq;
   const float* dk_in = dk;
   if (config_.qk_norm) {
-    rmsnorm_backward(dq_raw, lg.q_norm, dq, a.q_raw.data(), lw.q_norm, a.q_rstd.data(), N * Hq, D, false);
-    rmsnorm_backward(dk_raw, lg.k_norm, dk, a.k_raw.data(), lw.k_norm, a.k_rstd.data(), N * Hkv, D, false);
+    rmsnorm_backward(dq_raw, lg.q_norm, dq, a.q_raw.data(), lw.q_norm, a.q_rstd.data(), N * Hq, D,
+                     /*accumulate_dx=*/false);
+    rmsnorm_backward(dk_raw, lg.k_norm, dk, a.k_raw.data(), lw.k_norm, a.k_rstd.data(), N * Hkv, D,
+                     /*accumulate_dx=*/false);
     dq_in = dq_raw;
     dk_in = dk_raw;
   }
-  ll.q.backward(dh, false, lg.wq, dq_in, N, a.cq);
-  ll.k.backward(dh, true, lg.wk, dk_in, N, a.ck);
-  ll.v.backward(dh, true, lg.wv, dv, N, a.cv);
+  ll.q.backward(dh, /*accumulate_dx=*/false, lg.wq, dq_in, N, a.cq);
+  ll.k.backward(dh, /*accumulate_dx=*/true, lg.wk, dk_in, N, a.ck);
+  ll.v.backward(dh, /*accumulate_dx=*/true, lg.wv, dv, N, a.cv);
   std::memcpy(dx, dx_mid, residual_bytes);
-  rmsnorm_backward(dx, lg.attn_norm, dh, x, lw.attn_norm, a.rstd1.data(), N, C, true);
+  rmsnorm_backward(dx, lg.attn_norm, dh, x, lw.attn_norm, a.rstd1.data(), N, C, /*accumulate_dx=*/true);
 }
 
 void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_rows) {
@@ -813,7 +816,8 @@ void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_
 
   lm_head_logprobs_backward(lm_head_, hf_.data(), N, batch_.targets.data(), lse_.data(), dlogprobs, w.dhf.data(),
                             /*accumulate_dx=*/false, g_.lm_head, head_scratch_);
-  rmsnorm_backward(dx, g_.final_norm, w.dhf.data(), x_final_.data(), w_.final_norm, rstd_f_.data(), N, C, false);
+  rmsnorm_backward(dx, g_.final_norm, w.dhf.data(), x_final_.data(), w_.final_norm, rstd_f_.data(), N, C,
+                   /*accumulate_dx=*/false);
 
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
     const float* x = acts_[static_cast<size_t>(l)].x.data();
