@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/isa_dispatch.h"
 #include "numerics/bf16.h"
 #include "numerics/e4m3.h"
 #include "numerics/exp.h"
@@ -22,43 +23,13 @@ void attention_softmax(float* p, int64_t len, float max) {
   for (int64_t j = 0; j < len; ++j) p[j] *= inv;
 }
 
-void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                          int64_t D, int64_t stride, DType element, float score_scale, float value_scale, bool bf16,
-                          Isa isa) {
-  FP8RL_CHECK(num_queries > 0, "attention_queries_kv: no queries");
-  FP8RL_CHECK(element == DType::kF32 || element == DType::kBF16 || element == DType::kE4M3,
-              "attention_queries_kv: K/V rows of type {}", dtype_name(element));
-  int64_t covered = 0, longest = 0;
-  for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
-  for (int i = 0; i < num_queries; ++i) {
-    FP8RL_CHECK(queries[i].len > 0, "attention_queries_kv: query {} attends to {} positions", i, queries[i].len);
-    longest = std::max(longest, queries[i].len);
-  }
-  FP8RL_CHECK(covered == longest, "attention_queries_kv: the runs hold {} positions, the longest query attends to {}",
-              covered, longest);
-  for (int i = 1; i < num_queries; ++i)
-    FP8RL_CHECK((queries[i].out == nullptr) == (queries[0].out == nullptr),
-                "attention_queries_kv: query {} {} an output, query 0 {}", i, queries[i].out ? "has" : "has no",
-                queries[0].out ? "has" : "has none");
-  const Isa level = resolve_isa(isa);
-  if (uses_avx512(level) && bf16)
-    return detail::attention_queries_kv_bf16_avx512(queries, num_queries, runs, num_runs, D, stride, element,
-                                                    score_scale, value_scale);
-  if (uses_avx512(level))
-    return detail::attention_queries_kv_avx512(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                               value_scale);
-  if (level == Isa::kAvx2)
-    return detail::attention_queries_kv_avx2(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                             value_scale, bf16);
-  detail::attention_queries_kv_portable(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                        value_scale, bf16);
-}
+namespace {
 
-namespace detail {
-
-void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                   int /*num_runs: the loader walks the runs by position*/, int64_t D, int64_t stride,
-                                   DType element, float score_scale, float value_scale, bool bf16) {
+// The portable path: the templates of attention_row.h with row loaders (kBf16: attention_row_bf16).
+template <bool kBf16>
+void queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
+                         int /*num_runs: the loader walks the runs by position*/, int64_t D, int64_t stride,
+                         DType element, float score_scale, float value_scale) {
   const int64_t row_bytes = stride * dtype_bytes(element);
   // Position j -> its run, found by walking forward (positions are visited in order); the row
   // is widened or decoded into `buf` unless it is FP32 already.
@@ -84,7 +55,7 @@ void attention_queries_kv_portable(const AttentionQuery* queries, int num_querie
   std::vector<float> scratch(static_cast<size_t>(2 * D));
   for (int i = 0; i < num_queries; ++i) {
     const AttentionQuery& a = queries[i];
-    if (bf16) {
+    if constexpr (kBf16) {
       attention_row_bf16(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false),
                          scratch.data());
     } else {
@@ -94,7 +65,41 @@ void attention_queries_kv_portable(const AttentionQuery* queries, int num_querie
   }
 }
 
-}  // namespace detail
+using QueriesKvFn = void (*)(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
+                             int64_t D, int64_t stride, DType element, float score_scale, float value_scale);
+
+// The paths per level, one table per attention precision; AMX has none of its own and runs
+// AVX-512's.
+constexpr IsaTable<QueriesKvFn> kQueriesKv{.portable = queries_kv_portable<false>,
+                                           .avx2 = detail::attention_queries_kv_avx2,
+                                           .avx512 = detail::attention_queries_kv_avx512};
+constexpr IsaTable<QueriesKvFn> kQueriesKvBf16{.portable = queries_kv_portable<true>,
+                                               .avx2 = detail::attention_queries_kv_bf16_avx2,
+                                               .avx512 = detail::attention_queries_kv_bf16_avx512};
+
+}  // namespace
+
+void attention_queries_kv(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
+                          int64_t D, int64_t stride, DType element, float score_scale, float value_scale, bool bf16,
+                          Isa isa) {
+  FP8RL_CHECK(num_queries > 0, "attention_queries_kv: no queries");
+  FP8RL_CHECK(element == DType::kF32 || element == DType::kBF16 || element == DType::kE4M3,
+              "attention_queries_kv: K/V rows of type {}", dtype_name(element));
+  int64_t covered = 0, longest = 0;
+  for (int s = 0; s < num_runs; ++s) covered += runs[s].rows;
+  for (int i = 0; i < num_queries; ++i) {
+    FP8RL_CHECK(queries[i].len > 0, "attention_queries_kv: query {} attends to {} positions", i, queries[i].len);
+    longest = std::max(longest, queries[i].len);
+  }
+  FP8RL_CHECK(covered == longest, "attention_queries_kv: the runs hold {} positions, the longest query attends to {}",
+              covered, longest);
+  for (int i = 1; i < num_queries; ++i)
+    FP8RL_CHECK((queries[i].out == nullptr) == (queries[0].out == nullptr),
+                "attention_queries_kv: query {} {} an output, query 0 {}", i, queries[i].out ? "has" : "has no",
+                queries[0].out ? "has" : "has none");
+  pick(bf16 ? kQueriesKvBf16 : kQueriesKv, isa)(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
+                                                value_scale);
+}
 
 void attention_group_kv(float* out, int64_t out_stride, float* probs, int64_t probs_stride, const float* q,
                         int64_t q_stride, int64_t heads, const AttentionRows* runs, int num_runs, int64_t len,

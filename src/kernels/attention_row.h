@@ -193,15 +193,12 @@ void with_element(DType element, const Fn& fn) {
   }
 }
 
-// The paths of attention_queries_kv, after its checks: the portable one (the templates with row
-// loaders), AVX2 (attention_row_avx2.cc for fp32, attention_row_bf16_avx2.cc for bf16) and
-// AVX-512 (attention_row_avx512.cc for fp32, attention_row_bf16_avx512.cc for bf16 on vdpbf16ps).
-void attention_queries_kv_portable(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
-                                   int num_runs, int64_t D, int64_t stride, DType element, float score_scale,
-                                   float value_scale, bool bf16);
+// The SIMD paths of attention_queries_kv, after its checks (the portable one, the templates with
+// row loaders, is in attention_row.cc): AVX2 (attention_row_avx2.cc for fp32,
+// attention_row_bf16_avx2.cc for bf16) and AVX-512 (attention_row_avx512.cc for fp32,
+// attention_row_bf16_avx512.cc for bf16 on vdpbf16ps).
 void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                               int64_t D, int64_t stride, DType element, float score_scale, float value_scale,
-                               bool bf16);
+                               int64_t D, int64_t stride, DType element, float score_scale, float value_scale);
 void attention_queries_kv_avx512(const AttentionQuery* queries, int num_queries, const AttentionRows* runs,
                                  int num_runs, int64_t D, int64_t stride, DType element, float score_scale,
                                  float value_scale);

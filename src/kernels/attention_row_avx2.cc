@@ -135,11 +135,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 }  // namespace
 
 void attention_queries_kv_avx2(const AttentionQuery* queries, int num_queries, const AttentionRows* runs, int num_runs,
-                               int64_t D, int64_t stride, DType element, float score_scale, float value_scale,
-                               bool bf16) {
-  if (bf16)
-    return attention_queries_kv_bf16_avx2(queries, num_queries, runs, num_runs, D, stride, element, score_scale,
-                                          value_scale);
+                               int64_t D, int64_t stride, DType element, float score_scale, float value_scale) {
   with_element(element, [&](auto e) {
     attention_queries_typed<e>(queries, num_queries, runs, num_runs, D, stride, score_scale, value_scale);
   });

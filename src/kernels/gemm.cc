@@ -3,6 +3,7 @@
 #include "kernels/gemm.h"
 
 #include "core/check.h"
+#include "core/isa_dispatch.h"
 #include "kernels/gemm_blocked.h"
 
 namespace fp8rl {
@@ -11,16 +12,30 @@ namespace {
 using gemm_detail::GemmOperand;
 using gemm_detail::GemmProblem;
 
+using BackendFn = const gemm_detail::GemmBackend& (*)(DType type);
+
+// The back-ends per level, one table per operand family. FP32 has no AMX back-end (the tiles
+// multiply BF16 pairs), so on AMX it falls back to AVX-512's; BF16 and FP8 run on the tiles.
+constexpr IsaTable<BackendFn> kF32Backends{.portable = gemm_detail::gemm_backend_portable,
+                                           .avx2 = gemm_detail::gemm_backend_avx2,
+                                           .avx512 = gemm_detail::gemm_backend_avx512};
+constexpr IsaTable<BackendFn> kLowPrecisionBackends{.portable = gemm_detail::gemm_backend_portable,
+                                                    .avx2 = gemm_detail::gemm_backend_avx2,
+                                                    .avx512 = gemm_detail::gemm_backend_avx512,
+                                                    .amx = gemm_detail::gemm_backend_amx};
+
+// The unpacked small-FP32 paths (gemm_direct_*.cc), tried before the blocked driver; each returns
+// false, doing nothing, for a problem it does not take. Portable has none; AMX runs AVX-512's
+// (the FP32 back-end it would otherwise use).
+bool no_direct_path(const GemmProblem&) { return false; }
+constexpr IsaTable<bool (*)(const GemmProblem&)> kDirectF32{.portable = no_direct_path,
+                                                           .avx2 = gemm_detail::gemm_direct_f32_avx2,
+                                                           .avx512 = gemm_detail::gemm_direct_f32_avx512};
+
 const gemm_detail::GemmBackend& backend_for(DType type, const GemmOptions& options) {
   // Every back-end below is batch invariant (and gives the same rows as the decode GEMV of the
   // same ISA), so `batch_invariant` does not narrow the choice yet.
-  switch (resolve_isa(options.isa)) {
-    case Isa::kAmx:  // FP32 has no AMX path
-      return type == DType::kF32 ? gemm_detail::gemm_backend_avx512(type) : gemm_detail::gemm_backend_amx(type);
-    case Isa::kAvx512: return gemm_detail::gemm_backend_avx512(type);
-    case Isa::kAvx2: return gemm_detail::gemm_backend_avx2(type);
-    default: return gemm_detail::gemm_backend_portable(type);
-  }
+  return pick(type == DType::kF32 ? kF32Backends : kLowPrecisionBackends, options.isa)(type);
 }
 
 void check_shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
@@ -47,9 +62,7 @@ void run(DType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, b
   p.accumulate = accumulate;
   p.round_output_bf16 = options.round_output_bf16;
   // Small FP32 products run unpacked on this thread, with the same bits (gemm_direct_*.cc).
-  const Isa level = resolve_isa(options.isa);
-  if (uses_avx512(level) && gemm_detail::gemm_direct_f32_avx512(p)) return;
-  if (level == Isa::kAvx2 && gemm_detail::gemm_direct_f32_avx2(p)) return;
+  if (pick(kDirectF32, options.isa)(p)) return;
   gemm_detail::gemm_blocked(p, backend_for(type, options), options.threads);
 }
 

@@ -6,9 +6,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
-#include "core/cpu_features.h"
 #include "core/thread_pool.h"
-#include "numerics/bf16.h"
 #include "numerics/codec.h"
 
 namespace fp8rl::gemm_detail {
@@ -35,19 +33,11 @@ PackBuffers& thread_pack_buffers() {
 }
 
 // Rounds rows x cols of c (row stride ld) to BF16 values, with bf16_round_f32's bits (called per
-// register tile, so without the codec's dispatch through the pool).
+// register tile, so without the codec's dispatch through the pool). Not the problem's level: the
+// best one the CPU has (kAuto), since every level rounds with the same bits.
 void round_rows(float* c, int64_t ld, int64_t rows, int64_t cols) {
-  static const Isa level = resolve_isa(Isa::kAuto);
-  for (int64_t y = 0; y < rows; ++y) {
-    float* row = c + y * ld;
-    if (uses_avx512(level)) {
-      detail::bf16_round_f32_avx512(row, cols);
-    } else if (level == Isa::kAvx2) {
-      detail::bf16_round_f32_avx2(row, cols);
-    } else {
-      for (int64_t x = 0; x < cols; ++x) row[x] = bf16_to_f32(f32_to_bf16(row[x]));
-    }
-  }
+  static const detail::Bf16RoundFn round_row = detail::bf16_round_f32_kernel(Isa::kAuto);
+  for (int64_t y = 0; y < rows; ++y) round_row(c + y * ld, cols);
 }
 
 // The rectangle of C one task computes.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/isa_dispatch.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
 #include "kernels/gemv_kernels.h"
@@ -43,24 +44,11 @@ void for_each_band(int64_t N, int threads, const Fn& fn) {
   kernel_thread_pool().parallel_for(ceil_div(N, kQuantBlock), [&](int64_t band) { fn(band); }, thread_count(threads));
 }
 
-// The kernels' activation layout (gemv_kernels.h): x.tiles for the AMX path, x.pairs otherwise;
-// scales 1 (the FP8 caller overwrites them).
-void pack_activations_bf16(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, Isa isa, PackedActivations& out) {
+// The kernels' activation layout (gemv_kernels.h): x.pairs, or x.tiles for the AMX path.
+using PackActivationsFn = void (*)(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, PackedActivations& out);
+
+void pack_activation_pairs(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, PackedActivations& out) {
   const int64_t pairs = ceil_div(K, 2);
-  out.M = M;
-  out.K = K;
-  out.scales = AlignedBuffer<float>(static_cast<size_t>(M * ceil_div(K, kQuantBlock)));
-  std::fill(out.scales.begin(), out.scales.end(), 1.0f);
-  if (isa == Isa::kAmx) {
-    // Chunk c of row m is x[m][32c, 32c + 32): one 64-byte tile row, zero past K and past M.
-    const int64_t chunks = ceil_div(pairs, 16);
-    out.tiles = AlignedBuffer<uint32_t>(static_cast<size_t>(chunks * 256));
-    auto* tiles = reinterpret_cast<bf16_t*>(out.tiles.data());
-    for (int64_t c = 0; c < chunks; ++c)
-      for (int64_t m = 0; m < M; ++m)
-        std::copy(x + m * ldx + 32 * c, x + m * ldx + std::min(K, 32 * c + 32), tiles + (c * 16 + m) * 32);
-    return;
-  }
   out.pairs = AlignedBuffer<uint32_t>(static_cast<size_t>(pairs * M));
   for (int64_t m = 0; m < M; ++m)
     for (int64_t p = 0; p < pairs; ++p) {
@@ -68,6 +56,42 @@ void pack_activations_bf16(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, I
       const uint32_t hi = 2 * p + 1 < K ? x[m * ldx + 2 * p + 1] : 0u;
       out.pairs[static_cast<size_t>(p * M + m)] = lo | (hi << 16);
     }
+}
+
+void pack_activation_tiles(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, PackedActivations& out) {
+  // Chunk c of row m is x[m][32c, 32c + 32): one 64-byte tile row, zero past K and past M.
+  const int64_t chunks = ceil_div(ceil_div(K, 2), 16);
+  out.tiles = AlignedBuffer<uint32_t>(static_cast<size_t>(chunks * 256));
+  auto* tiles = reinterpret_cast<bf16_t*>(out.tiles.data());
+  for (int64_t c = 0; c < chunks; ++c)
+    for (int64_t m = 0; m < M; ++m)
+      std::copy(x + m * ldx + 32 * c, x + m * ldx + std::min(K, 32 * c + 32), tiles + (c * 16 + m) * 32);
+}
+
+// The activation layout and the strip kernel of each level: AMX reads tiles, the others pairs.
+constexpr IsaTable<PackActivationsFn> kPackActivations{.portable = pack_activation_pairs,
+                                                       .amx = pack_activation_tiles};
+using StripsFn = void (*)(const PackedGemvWeights& W, const PackedActivations& x, const gemv_detail::GemvDst& dst,
+                          int64_t s0, int64_t s1);
+constexpr IsaTable<StripsFn> kStrips{.portable = gemv_detail::gemv_strips_portable,
+                                     .avx2 = gemv_detail::gemv_strips_avx2,
+                                     .avx512 = gemv_detail::gemv_strips_avx512,
+                                     .amx = gemv_detail::gemv_strips_amx};
+
+// The weight packers: the strip layout is the same at every level; AVX2 packs with the portable
+// code, AMX with AVX-512's.
+constexpr IsaTable<void (*)(const bf16_t*, int64_t, int64_t, int64_t, uint8_t*)> kPackBf16Strips{
+    .portable = gemv_detail::pack_bf16_strips_portable, .avx512 = gemv_detail::pack_bf16_strips_avx512};
+constexpr IsaTable<void (*)(const uint8_t*, int64_t, int64_t, int64_t, uint8_t*)> kPackFp8Strips{
+    .portable = gemv_detail::pack_fp8_strips_portable, .avx512 = gemv_detail::pack_fp8_strips_avx512};
+
+// Activations for the kernels of `isa` (a call_level), scales 1 (the FP8 caller overwrites them).
+void pack_activations_bf16(int64_t M, const bf16_t* x, int64_t ldx, int64_t K, Isa isa, PackedActivations& out) {
+  out.M = M;
+  out.K = K;
+  out.scales = AlignedBuffer<float>(static_cast<size_t>(M * ceil_div(K, kQuantBlock)));
+  std::fill(out.scales.begin(), out.scales.end(), 1.0f);
+  pick(kPackActivations, isa)(M, x, ldx, K, out);
 }
 
 void check_call(const GemvTarget* targets, int num_targets, int64_t M, int64_t K) {
@@ -83,7 +107,9 @@ void check_call(const GemvTarget* targets, int num_targets, int64_t M, int64_t K
 
 // The level a call runs on: options.isa resolved, except that without batch invariance a single
 // row on an AMX machine runs on AVX-512, whose decode in registers beats the tile path there
-// (a tile product costs as much for 1 row as for 16; docs/kernels.md has the figures).
+// (a tile product costs as much for 1 row as for 16; docs/kernels.md has the figures). This is
+// a per-call rule on top of the tables, not their fallback: kPackActivations and kStrips are
+// picked at the level it returns, so the layout and the kernel always agree.
 Isa call_level(const GemvOptions& options, int64_t M) {
   const Isa isa = resolve_isa(options.isa);
   return isa == Isa::kAmx && !options.batch_invariant && M == 1 ? Isa::kAvx512 : isa;
@@ -93,6 +119,7 @@ void run(const GemvTarget* targets, int num_targets, const PackedActivations& x,
   // Tasks of 8 strips (128 rows): large enough to amortise the hand-out, small enough to balance.
   // Task t belongs to the first target whose tasks end after t.
   constexpr int64_t per_task = 8;
+  const StripsFn strips = pick(kStrips, isa);
   std::vector<int64_t> task_end(static_cast<size_t>(num_targets));
   int64_t tasks = 0;
   for (int i = 0; i < num_targets; ++i) task_end[static_cast<size_t>(i)] = tasks += ceil_div(targets[i].W->strips(), per_task);
@@ -105,15 +132,7 @@ void run(const GemvTarget* targets, int num_targets, const PackedActivations& x,
         const gemv_detail::GemvDst dst{targets[i].y, targets[i].ldy, options.round_output_bf16};
         const int64_t first = i == 0 ? 0 : task_end[static_cast<size_t>(i - 1)];
         const int64_t s0 = (t - first) * per_task, s1 = std::min(W.strips(), s0 + per_task);
-        if (isa == Isa::kAmx) {
-          gemv_detail::gemv_strips_amx(W, x, dst, s0, s1);
-        } else if (isa == Isa::kAvx512) {
-          gemv_detail::gemv_strips_avx512(W, x, dst, s0, s1);
-        } else if (isa == Isa::kAvx2) {
-          gemv_detail::gemv_strips_avx2(W, x, dst, s0, s1);
-        } else {
-          gemv_detail::gemv_strips_portable(W, x, dst, s0, s1);
-        }
+        strips(W, x, dst, s0, s1);
       },
       thread_count(options.threads));
 }
@@ -124,32 +143,21 @@ void pack_gemv_weights_bf16(const bf16_t* W, int64_t N, int64_t K, int64_t ldw, 
                             const GemvOptions& options) {
   FP8RL_CHECK(ldw >= K, "gemv weights: ldw {} < K {}", ldw, K);
   shape_packed(out, DType::kBF16, N, K);
-  const bool avx512 = uses_avx512(resolve_isa(options.isa));
+  const auto pack = pick(kPackBf16Strips, options.isa);
   for_each_band(N, options.threads, [&](int64_t band) {
     const int64_t r0 = band * kQuantBlock, rows = std::min(kQuantBlock, N - r0);
-    uint8_t* dst = out.data.data() + (r0 / kGemvStrip) * out.strip_bytes();
-    if (avx512) {
-      gemv_detail::pack_bf16_strips_avx512(W + r0 * ldw, rows, K, ldw, dst);
-    } else {
-      gemv_detail::pack_bf16_strips_portable(W + r0 * ldw, rows, K, ldw, dst);
-    }
+    pack(W + r0 * ldw, rows, K, ldw, out.data.data() + (r0 / kGemvStrip) * out.strip_bytes());
   });
 }
 
 void pack_gemv_weights_fp8(const QuantizedMatrix& W, PackedGemvWeights& out, const GemvOptions& options) {
   FP8RL_CHECK(W.mode == ScalingMode::kBlocks128x128, "gemv weights: FP8 W must be quantized 128x128, got {}", W.str());
   shape_packed(out, DType::kE4M3, W.rows, W.cols);
-  const bool avx512 = uses_avx512(resolve_isa(options.isa));
+  const auto pack = pick(kPackFp8Strips, options.isa);
   std::copy(W.scale_inv.begin(), W.scale_inv.end(), out.scales.begin());
   for_each_band(W.rows, options.threads, [&](int64_t band) {
     const int64_t r0 = band * kQuantBlock, rows = std::min(kQuantBlock, W.rows - r0);
-    uint8_t* dst = out.data.data() + (r0 / kGemvStrip) * out.strip_bytes();
-    const uint8_t* src = W.codes.data() + r0 * W.cols;
-    if (avx512) {
-      gemv_detail::pack_fp8_strips_avx512(src, rows, W.cols, W.cols, dst);
-    } else {
-      gemv_detail::pack_fp8_strips_portable(src, rows, W.cols, W.cols, dst);
-    }
+    pack(W.codes.data() + r0 * W.cols, rows, W.cols, W.cols, out.data.data() + (r0 / kGemvStrip) * out.strip_bytes());
   });
 }
 
@@ -158,6 +166,7 @@ void pack_gemv_weights_fp8(const float* W, int64_t N, int64_t K, int64_t ldw, Sc
   FP8RL_CHECK(ldw >= K, "gemv weights: ldw {} < K {}", ldw, K);
   shape_packed(out, DType::kE4M3, N, K);
   const Isa isa = resolve_isa(options.isa);
+  const auto pack = pick(kPackFp8Strips, isa);
   const int64_t scale_cols = ceil_div(K, kQuantBlock);
   // One 128-row band at a time: its 128x128 blocks are the full matrix's blocks, so quantizing the
   // band alone gives the same bytes and scales; the band's codes (128 x K) stay in L2 for the
@@ -170,12 +179,7 @@ void pack_gemv_weights_fp8(const float* W, int64_t N, int64_t K, int64_t ldw, Sc
     quantize_into(TensorView::matrix(const_cast<float*>(W + r0 * ldw), DType::kF32, rows, K, ldw), scratch, isa);
     std::copy(scratch.rowwise.scale_inv.begin(), scratch.rowwise.scale_inv.end(),
               out.scales.begin() + band * scale_cols);
-    uint8_t* dst = out.data.data() + (r0 / kGemvStrip) * out.strip_bytes();
-    if (uses_avx512(isa)) {
-      gemv_detail::pack_fp8_strips_avx512(scratch.rowwise.codes.data(), rows, K, K, dst);
-    } else {
-      gemv_detail::pack_fp8_strips_portable(scratch.rowwise.codes.data(), rows, K, K, dst);
-    }
+    pack(scratch.rowwise.codes.data(), rows, K, K, out.data.data() + (r0 / kGemvStrip) * out.strip_bytes());
   });
 }
 

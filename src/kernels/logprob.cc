@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/isa_dispatch.h"
 #include "core/thread_pool.h"
 #include "numerics/exp.h"
 #include "numerics/simd_target.h"
@@ -165,29 +166,23 @@ FP8RL_AVX2_END
 using LseFn = float (*)(const float*, int64_t);
 using ScaledExpFn = void (*)(float*, const float*, int64_t, float, float);
 
-LseFn lse_for(Isa level) {
-  if (uses_avx512(level)) return lse_avx512;
-  if (level == Isa::kAvx2) return lse_avx2;
-  return lse_scalar;
-}
-ScaledExpFn scaled_exp_for(Isa level) {
-  if (uses_avx512(level)) return scaled_exp_avx512;
-  if (level == Isa::kAvx2) return scaled_exp_avx2;
-  return scaled_exp_scalar;
-}
+// AMX has no loops of its own and runs AVX-512's.
+constexpr IsaTable<LseFn> kLse{.portable = lse_scalar, .avx2 = lse_avx2, .avx512 = lse_avx512};
+constexpr IsaTable<ScaledExpFn> kScaledExp{
+    .portable = scaled_exp_scalar, .avx2 = scaled_exp_avx2, .avx512 = scaled_exp_avx512};
 
 // Rows per task: about 64k logits each, so that small vocabularies are not split into tiny tasks.
 int64_t rows_per_task(int64_t V) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(V, 1)); }
 
 }  // namespace
 
-float logsumexp_row(const float* logits, int64_t V, Isa isa) { return lse_for(resolve_isa(isa))(logits, V); }
+float logsumexp_row(const float* logits, int64_t V, Isa isa) { return pick(kLse, isa)(logits, V); }
 
 void token_logprobs_forward(float* logprob, float* lse_out, const float* logits, int64_t ld, const int32_t* targets,
                             int64_t N, int64_t V, Isa isa) {
   for (int64_t n = 0; n < N; ++n)
     FP8RL_CHECK(targets[n] < V, "token id {} at position {} is outside the vocabulary of {}", targets[n], n, V);
-  const LseFn lse = lse_for(resolve_isa(isa));
+  const LseFn lse = pick(kLse, isa);
   parallel_for_ranges(N, rows_per_task(V), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const float* row = logits + n * ld;
@@ -205,7 +200,7 @@ void token_logprobs_forward(float* logprob, float* lse_out, const float* logits,
 
 void token_logprobs_backward(float* dlogits, const float* logits, int64_t ld, int64_t v0, int64_t width,
                              const float* lse, const float* dlogprob, const int32_t* targets, int64_t N, Isa isa) {
-  const ScaledExpFn scaled_exp = scaled_exp_for(resolve_isa(isa));
+  const ScaledExpFn scaled_exp = pick(kScaledExp, isa);
   parallel_for_ranges(N, rows_per_task(width), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       float* d = dlogits + n * ld;
@@ -221,7 +216,7 @@ void token_logprobs_backward(float* dlogits, const float* logits, int64_t ld, in
 }
 
 void softmax_probs_row(float* out, const float* x, int64_t n, float lse, Isa isa) {
-  scaled_exp_for(resolve_isa(isa))(out, x, n, lse, 1.0f);  // 1 * e is e: exp_f32's bits
+  pick(kScaledExp, isa)(out, x, n, lse, 1.0f);  // 1 * e is e: exp_f32's bits
 }
 
 void token_logprobs_backward(float* dlogits, const float* dlogprob, const float* logits, const int32_t* targets,

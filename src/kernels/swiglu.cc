@@ -3,7 +3,7 @@
 // operations in its order).
 #include "kernels/swiglu.h"
 
-#include "core/cpu_features.h"
+#include "core/isa_dispatch.h"
 #include "core/thread_pool.h"
 #include "numerics/codec.h"
 #include "numerics/exp.h"
@@ -108,11 +108,16 @@ void backward_avx2(float* dg, float* du, const float* ds, const float* g, const 
 
 FP8RL_AVX2_END
 
+// AMX has no loops of its own and runs AVX-512's.
+constexpr IsaTable<void (*)(float*, const float*, const float*, int64_t)> kForward{
+    .portable = forward_scalar, .avx2 = forward_avx2, .avx512 = forward_avx512};
+constexpr IsaTable<void (*)(float*, float*, const float*, const float*, const float*, int64_t)> kBackward{
+    .portable = backward_scalar, .avx2 = backward_avx2, .avx512 = backward_avx512};
+
 }  // namespace
 
 void swiglu_forward(float* s, const float* g, const float* u, int64_t n, bool round_output_bf16, Isa isa) {
-  const Isa level = resolve_isa(isa);
-  const auto forward = uses_avx512(level) ? forward_avx512 : level == Isa::kAvx2 ? forward_avx2 : forward_scalar;
+  const auto forward = pick(kForward, isa);
   parallel_for_ranges(n, kChunk, [&](int64_t i0, int64_t i1) {
     forward(s + i0, g + i0, u + i0, i1 - i0);
     if (round_output_bf16) bf16_round_f32(s + i0, i1 - i0, isa);
@@ -120,8 +125,7 @@ void swiglu_forward(float* s, const float* g, const float* u, int64_t n, bool ro
 }
 
 void swiglu_backward(float* dg, float* du, const float* ds, const float* g, const float* u, int64_t n, Isa isa) {
-  const Isa level = resolve_isa(isa);
-  const auto backward = uses_avx512(level) ? backward_avx512 : level == Isa::kAvx2 ? backward_avx2 : backward_scalar;
+  const auto backward = pick(kBackward, isa);
   parallel_for_ranges(n, kChunk,
                       [&](int64_t i0, int64_t i1) { backward(dg + i0, du + i0, ds + i0, g + i0, u + i0, i1 - i0); });
 }

@@ -22,6 +22,12 @@ void bf16_decode_f32(const bf16_t* in, float* out, int64_t n, Isa isa = Isa::kAu
 void bf16_round_f32(float* x, int64_t n, Isa isa = Isa::kAuto);
 
 namespace detail {
+// bf16_round_f32's implementation at `isa` (resolved as the dispatchers do), for callers that
+// round many small pieces on their own threads (the GEMM driver's tiles), without the chunking
+// through the kernel pool.
+using Bf16RoundFn = void (*)(float* x, int64_t n);
+Bf16RoundFn bf16_round_f32_kernel(Isa isa);
+
 // The AVX-512 implementations (codec_avx512.cc); call only after resolve_isa() said kAvx512.
 void e4m3_encode_f32_avx512(const float* in, uint8_t* out, int64_t n);
 void e4m3_decode_f32_avx512(const uint8_t* in, float* out, int64_t n);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/isa_dispatch.h"
 #include "core/thread_pool.h"
 #include "numerics/quantize_kernels.h"
 
@@ -25,13 +26,12 @@ constexpr int64_t kB = kQuantBlock;
 // between the amax pass and the encode pass.
 constexpr int64_t kColPanel = 512;
 
-const QuantizeKernels& kernels_for(Isa isa) {
-  switch (resolve_isa(isa)) {
-    case Isa::kAvx512: case Isa::kAmx: return detail::quantize_kernels_avx512();
-    case Isa::kAvx2: return detail::quantize_kernels_avx2();
-    default: return detail::quantize_kernels_portable();
-  }
-}
+// The kernel sets per level; AMX has none of its own and runs AVX-512's.
+constexpr IsaTable<const QuantizeKernels& (*)()> kQuantizeKernels{.portable = detail::quantize_kernels_portable,
+                                                                  .avx2 = detail::quantize_kernels_avx2,
+                                                                  .avx512 = detail::quantize_kernels_avx512};
+
+const QuantizeKernels& kernels_for(Isa isa) { return pick(kQuantizeKernels, isa)(); }
 
 // A read-only 2-D source: rows `ld` elements apart, `elem` bytes per element.
 struct Source {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
+#include "core/isa_dispatch.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {
@@ -42,6 +43,30 @@ TEST(CpuFeatures, LevelsNestAndUnavailableOnesAreRefused) {
   } else {
     EXPECT_EQ(Isa::kAvx2, resolve_isa(Isa::kAvx2));
   }
+}
+
+TEST(IsaDispatch, MissingLevelsFallBackDownTheOrder) {
+  constexpr IsaTable<const char*> portable_only{.portable = "portable"};
+  constexpr IsaTable<const char*> portable_avx512{.portable = "portable", .avx512 = "avx512"};
+  constexpr IsaTable<const char*> no_amx{.portable = "portable", .avx2 = "avx2", .avx512 = "avx512"};
+  constexpr IsaTable<const char*> every{.portable = "portable", .avx2 = "avx2", .avx512 = "avx512", .amx = "amx"};
+  constexpr IsaTable<const char*> amx_only{.portable = "portable", .amx = "amx"};
+  auto at = [](const IsaTable<const char*>& t, Isa level) { return std::string(t.at(level)); };
+  for (Isa level : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
+    SCOPED_TRACE(isa_name(level));
+    const bool z = level == Isa::kAvx512 || level == Isa::kAmx;
+    EXPECT_EQ("portable", at(portable_only, level));
+    EXPECT_EQ(z ? "avx512" : "portable", at(portable_avx512, level));
+    EXPECT_EQ(z ? "avx512" : level == Isa::kAvx2 ? "avx2" : "portable", at(no_amx, level));
+    EXPECT_EQ(isa_name(level), at(every, level));
+    EXPECT_EQ(level == Isa::kAmx ? "amx" : "portable", at(amx_only, level));
+  }
+  EXPECT_EQ("portable", at(every, Isa::kAuto));  // not a resolved level: pick() resolves it
+  // pick resolves first: kAuto is the CPU's best level (within FP8RL_ISA).
+  EXPECT_EQ(at(every, resolve_isa(Isa::kAuto)), std::string(pick(every, Isa::kAuto)));
+  EXPECT_EQ("portable", std::string(pick(every, Isa::kPortable)));
+  if (!cpu_features().has_amx_kernels())
+    EXPECT_NE(testing::error_message([&] { pick(every, Isa::kAmx); }).find("AMX kernels requested"), std::string::npos);
 }
 
 }  // namespace
