@@ -71,27 +71,33 @@ void run(DType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, b
 // nt: A [M,K], B [N,K].  nn: A [M,K], B [K,N].  tn: A [K,M], B [K,N].
 void gemm_nt_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                  float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(DType::kF32, M, N, K, A, lda, true, B, ldb, true, C, ldc, accumulate, options);
+  run(DType::kF32, M, N, K, A, lda, /*a_k_contiguous=*/true, B, ldb, /*b_k_contiguous=*/true, C, ldc, accumulate,
+      options);
 }
 void gemm_nn_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                  float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(DType::kF32, M, N, K, A, lda, true, B, ldb, false, C, ldc, accumulate, options);
+  run(DType::kF32, M, N, K, A, lda, /*a_k_contiguous=*/true, B, ldb, /*b_k_contiguous=*/false, C, ldc, accumulate,
+      options);
 }
 void gemm_tn_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                  float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(DType::kF32, M, N, K, A, lda, false, B, ldb, false, C, ldc, accumulate, options);
+  run(DType::kF32, M, N, K, A, lda, /*a_k_contiguous=*/false, B, ldb, /*b_k_contiguous=*/false, C, ldc, accumulate,
+      options);
 }
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                   float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(DType::kBF16, M, N, K, A, lda, true, B, ldb, true, C, ldc, accumulate, options);
+  run(DType::kBF16, M, N, K, A, lda, /*a_k_contiguous=*/true, B, ldb, /*b_k_contiguous=*/true, C, ldc, accumulate,
+      options);
 }
 void gemm_nn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                   float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(DType::kBF16, M, N, K, A, lda, true, B, ldb, false, C, ldc, accumulate, options);
+  run(DType::kBF16, M, N, K, A, lda, /*a_k_contiguous=*/true, B, ldb, /*b_k_contiguous=*/false, C, ldc, accumulate,
+      options);
 }
 void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda, const bf16_t* B, int64_t ldb,
                   float* C, int64_t ldc, bool accumulate, const GemmOptions& options) {
-  run(DType::kBF16, M, N, K, A, lda, false, B, ldb, false, C, ldc, accumulate, options);
+  run(DType::kBF16, M, N, K, A, lda, /*a_k_contiguous=*/false, B, ldb, /*b_k_contiguous=*/false, C, ldc, accumulate,
+      options);
 }
 
 void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate,
