@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev             # unit tests
   libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   python3-numpy python3-torch           # test oracles, run with /usr/bin/python3
-  libdnnl-dev                           # oneDNN: the peer in kernel benchmarks
+  libdnnl-dev                           # oneDNN, optional: the peer of `fp8rl bench kernels` (skipped without it)
   ocl-icd-opencl-dev opencl-c-headers   # Debian's dnnl-config.cmake requires OpenCL to configure
   chromium                              # headless browser: the report test draws the page
   libopenmpi-dev openmpi-bin           # data parallelism (optional at build time) and its tests

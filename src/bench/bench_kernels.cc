@@ -9,7 +9,8 @@
 // peer figure is reported twice: as oneDNN runs by default (on a CPU with AMX it uses the AMX
 // tiles) and limited to AVX-512 BF16, the instruction set our AVX-512 kernels use. A third child,
 // limited to AVX2, runs oneDNN's FP32 matmul (AVX2 has no BF16 arithmetic; our AVX2 kernels widen
-// BF16 and FP8 to FP32), reported beside the avx2 lines.
+// BF16 and FP8 to FP32), reported beside the avx2 lines. oneDNN is optional (onednn_peer.h): a
+// build without it runs every other case and prints one record saying that the peer was skipped.
 //
 // Environment (the children inherit it), for short runs:
 //   FP8RL_BENCH_KERNELS_FILTER  a regular expression; only the GEMM / GEMV / attention cases whose
@@ -26,7 +27,6 @@
 #include <cstdlib>
 #include <iterator>
 #include <map>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "bench/bench_suites.h"
+#include "bench/onednn_peer.h"
 #include "core/aligned_buffer.h"
 #include "core/cpu_features.h"
 #include "core/rng.h"
@@ -110,77 +111,61 @@ std::vector<float> random_values(int64_t n, uint64_t seed) {
   fill_normal(x.data(), n, 0.0f, 1.0f, seed, 0);
   return x;
 }
-std::vector<bf16_t> random_bf16(int64_t n, uint64_t seed) {
-  const std::vector<float> x = random_values(n, seed);
-  std::vector<bf16_t> h(x.size());
-  bf16_encode_f32(x.data(), h.data(), n);
-  return h;
-}
 
 // ---- the oneDNN peer (child-process side) ----------------------------------------------------
 
-// BF16 matmul C[M,N] (f32) = A[M,K] (bf16, row-major) . B[N,K]^T (bf16, row-major, i.e. the
-// weights' "ba" layout), as the model's fprop calls it; limited to AVX2 ("avx2"), the same
-// matmul in FP32 (case "onednn_f32").
+// Times oneDNN's BF16 matmul on each GEMM shape (onednn_peer.cc) and prints one record per shape
+// (case "onednn_bf16"); limited to AVX2 ("avx2"), the same matmul in FP32 (case "onednn_f32").
+// Prints nothing in a build without oneDNN (which starts no child).
 void run_onednn_child(const char* isa, const BenchOptions& options) {
   const bool f32 = std::string(isa) == "avx2";
-  if (std::string(isa) == "avx512_core_bf16") dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx512_core_bf16);
-  if (f32) dnnl::set_max_cpu_isa(dnnl::cpu_isa::avx2);
-  using dt = dnnl::memory::data_type;
-  using tag = dnnl::memory::format_tag;
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
   const char* threads = std::getenv("OMP_NUM_THREADS");
-  const dt in_type = f32 ? dt::f32 : dt::bf16;
-  for (const GemmShape& s : gemm_shapes()) {
-    const dnnl::memory::desc a_md({s.M, s.K}, in_type, tag::ab), b_md({s.K, s.N}, in_type, tag::ba),
-        c_md({s.M, s.N}, dt::f32, tag::ab);
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
-    const dnnl::matmul matmul(pd);
-    dnnl::memory a(a_md, engine), b(b_md, engine), c(c_md, engine);
-    if (f32) {
-      const std::vector<float> af = random_values(s.M * s.K, 1), bf = random_values(s.N * s.K, 2);
-      std::copy(af.begin(), af.end(), static_cast<float*>(a.get_data_handle()));
-      std::copy(bf.begin(), bf.end(), static_cast<float*>(b.get_data_handle()));
-    } else {
-      const std::vector<bf16_t> ah = random_bf16(s.M * s.K, 1), bh = random_bf16(s.N * s.K, 2);
-      std::copy(ah.begin(), ah.end(), static_cast<bf16_t*>(a.get_data_handle()));
-      std::copy(bh.begin(), bh.end(), static_cast<bf16_t*>(b.get_data_handle()));
-    }
-    const double seconds = time_median(
-        [&] {
-          matmul.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
-          stream.wait();
-        },
-        options.repeats);
+  const std::vector<GemmShape> shapes = gemm_shapes();
+  std::vector<std::array<int64_t, 3>> mnk;
+  for (const GemmShape& s : shapes) mnk.push_back({s.M, s.N, s.K});
+  const std::vector<OnednnMatmulTime> times = time_onednn_matmuls(isa, mnk, options.repeats);
+  for (size_t i = 0; i < times.size(); ++i) {
+    const GemmShape& s = shapes[i];
+    const double seconds = times[i].seconds;
     nlohmann::ordered_json r = {{"suite", "kernels"}, {"case", f32 ? "onednn_f32" : "onednn_bf16"},
                                 {"shape", s.str()},   {"threads", threads ? std::atoi(threads) : 0},
-                                {"isa_limit", isa},   {"impl", pd.impl_info_str()},
+                                {"isa_limit", isa},   {"impl", times[i].impl},
                                 {"seconds", seconds}, {"gflops", s.flops() / seconds / 1e9}};
     fmt::print("{}\n", r.dump());
   }
   std::fflush(stdout);
 }
 
+// Whether a GEMM line that shows the figure of this peer child is wanted (the AVX2 one: an avx2
+// line; the BF16 ones: a line of an AVX-512 or AMX level).
+bool peer_needed(const char* isa, int threads, const std::vector<Isa>& isas) {
+  const bool avx2_peer = std::string(isa) == "avx2";
+  if (avx2_peer && !cpu_features().has_avx2_kernels()) return false;
+  for (const GemmShape& s : gemm_shapes())
+    for (const std::string& name : gemm_case_names(s))
+      for (Isa level : isas)
+        if (avx2_peer == (level == Isa::kAvx2) && wanted(case_key(name, s.str(), level, threads))) return true;
+  return false;
+}
+bool any_peer_needed(const std::vector<Isa>& isas) {
+  for (const char* isa : kPeerIsas)
+    for (int threads : kThreadCounts)
+      if (peer_needed(isa, threads, isas)) return true;
+  return false;
+}
+
 // Runs the peer children and returns their records keyed by (isa_limit, threads, shape). A child
-// runs only if a GEMM line that shows its figure is wanted (the AVX2 one: an avx2 line; the BF16
-// ones: a line of an AVX-512 or AMX level).
+// runs only if peer_needed; none without oneDNN.
 using PeerKey = std::tuple<std::string, int, std::string>;
 std::map<PeerKey, nlohmann::ordered_json> run_onednn_peers(const BenchOptions& options, const std::vector<Isa>& isas) {
   std::map<PeerKey, nlohmann::ordered_json> peers;
+  if (!kHaveOnednn) return peers;
   std::array<char, 4096> exe{};
   const ssize_t len = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
   if (len <= 0) return peers;
   for (const char* isa : kPeerIsas)
     for (int threads : kThreadCounts) {
-      const bool avx2_peer = std::string(isa) == "avx2";
-      if (avx2_peer && !cpu_features().has_avx2_kernels()) continue;
-      bool needed = false;
-      for (const GemmShape& s : gemm_shapes())
-        for (const std::string& name : gemm_case_names(s))
-          for (Isa level : isas)
-            if (avx2_peer == (level == Isa::kAvx2)) needed = needed || wanted(case_key(name, s.str(), level, threads));
-      if (!needed) continue;
+      if (!peer_needed(isa, threads, isas)) continue;
       const std::string cmd =
           fmt::format("OMP_NUM_THREADS={} FP8RL_BENCH_ONEDNN_CHILD={} '{}' bench kernels --json --repeats {}", threads,
                       isa, exe.data(), options.repeats);
@@ -403,7 +388,13 @@ void run_kernels_bench(const BenchOptions& options) {
          options);
   }
 
-  // The peer, printed as measured.
+  // The peer, printed as measured. A build without oneDNN says so in one record instead (the GEMM
+  // lines then have no peer figures).
+  if (!kHaveOnednn && any_peer_needed(fast_isas()))
+    emit({{"suite", "kernels"},
+          {"case", "onednn"},
+          {"skipped", "this build has no oneDNN (CMake did not find it; Debian: libdnnl-dev), no peer figures"}},
+         options);
   const auto peers = run_onednn_peers(options, fast_isas());
   for (const auto& [key, record] : peers) emit(record, options);
 

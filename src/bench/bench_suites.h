@@ -13,7 +13,8 @@ namespace fp8rl::bench {
 // E4M3 / BF16 codecs and the blockwise quantizers on a large FP32 input, one thread.
 void run_numerics_bench(const BenchOptions& options);
 
-// GEMM and decode GEMV against the vdpbf16ps peak, the read bandwidth and oneDNN (bench_kernels.cc).
+// GEMM and decode GEMV against the vdpbf16ps peak, the read bandwidth and oneDNN where the build
+// has it (bench_kernels.cc).
 void run_kernels_bench(const BenchOptions& options);
 
 // Training tokens/s (forward + backward + AdamW) of the `medium` preset, BF16 and FP8, 1 and 2

@@ -1,5 +1,5 @@
-# Compiles the text assets of `fp8rl report` into fp8rl_engine (included by CMakeLists.txt after
-# fp8rl_engine is defined). uPlot comes from the npm package that scripts/setup.sh installs into
+# Compiles the text assets of `fp8rl report` into fp8rl_report (included by CMakeLists.txt after
+# fp8rl_report is defined). uPlot comes from the npm package that scripts/setup.sh installs into
 # third_party/uplot; the page's own script and styles are src/report/report_page.{js,css}.
 set(FP8RL_UPLOT_DIST ${CMAKE_SOURCE_DIR}/third_party/uplot/node_modules/uplot/dist CACHE PATH
   "the dist/ folder of the npm package uplot")
@@ -23,6 +23,6 @@ else()
   message(WARNING "uPlot not found in ${FP8RL_UPLOT_DIST}: `fp8rl report` will refuse to run "
                   "until scripts/setup.sh installs it (the next build then embeds it)")
   add_custom_target(fp8rl_report_assets COMMAND ${report_assets_command} BYPRODUCTS ${report_assets_cc} VERBATIM)
-  add_dependencies(fp8rl_engine fp8rl_report_assets)
+  add_dependencies(fp8rl_report fp8rl_report_assets)
 endif()
-target_sources(fp8rl_engine PRIVATE ${report_assets_cc})
+target_sources(fp8rl_report PRIVATE ${report_assets_cc})

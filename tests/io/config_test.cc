@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 
 namespace fp8rl {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "io/input_file.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "io/metrics_log.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "io/run_lock.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {

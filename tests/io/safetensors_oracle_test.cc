@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {

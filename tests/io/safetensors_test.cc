@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 
 namespace fp8rl {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "core/check.h"
 #include "io/tfevents.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 
 namespace fp8rl::testing {
 

@@ -13,8 +13,8 @@
 #include <fstream>
 #include <limits>
 
-#include "tests/io/test_temp_dir.h"
 #include "tests/io/tfevents_oracle.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {

@@ -9,7 +9,6 @@
 // (a full and a partial 128x1 block along tokens in wgrad).
 #include <gtest/gtest.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +24,7 @@
 #include "model/checkpoint.h"
 #include "model/optimizer.h"
 #include "model/transformer.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {
@@ -157,8 +157,7 @@ const Variant kVariants[] = {{"llama_tied", false}, {"qwen3_untied", true}};
 const OracleResult& run_oracle(const Variant& v) {
   static std::map<std::string, OracleResult> cache;
   if (cache.empty()) {
-    const fs::path root = fs::temp_directory_path() / ("fp8rl_torch_oracle_" + std::to_string(::getpid()));
-    fs::remove_all(root);
+    const testing::TempDir root;
     std::string jobs;
     for (const Variant& variant : kVariants) {
       write_job(variant, root / variant.name, cache[variant.name]);
@@ -175,7 +174,6 @@ const OracleResult& run_oracle(const Variant& v) {
       for (const char* mode : {"fp32", "bf16", "fp8", "bf16attn"})
         if (ok) r.by_mode[mode] = read_all(root / variant.name / (std::string(mode) + ".safetensors"));
     }
-    fs::remove_all(root);
   }
   return cache.at(v.name);
 }

@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "numerics/bf16.h"
 #include "numerics/codec.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {
@@ -27,9 +28,9 @@ TEST(Bf16TorchOracle, RoundingMatchesPyTorch) {
   for (uint32_t h = 0; h < 65536; h += 7) {  // exact ties and their neighbours
     for (uint32_t d : {0x7FFFu, 0x8000u, 0x8001u}) x.push_back(std::bit_cast<float>((h << 16) + d));
   }
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string in = (dir / ("fp8rl_bf16_in_" + std::to_string(::getpid()))).string();
-  const std::string out = (dir / ("fp8rl_bf16_out_" + std::to_string(::getpid()))).string();
+  const testing::TempDir dir;
+  const std::string in = (dir / "bf16_in").string();
+  const std::string out = (dir / "bf16_out").string();
   std::ofstream(in, std::ios::binary).write(reinterpret_cast<const char*>(x.data()),
                                             static_cast<std::streamsize>(x.size() * sizeof(float)));
   const std::string cmd = "/usr/bin/python3 " FP8RL_SOURCE_DIR "/tools/oracles/bf16_torch.py " + in + " " + out;
@@ -37,8 +38,6 @@ TEST(Bf16TorchOracle, RoundingMatchesPyTorch) {
   std::vector<bf16_t> torch_bits(x.size());
   std::ifstream(out, std::ios::binary)
       .read(reinterpret_cast<char*>(torch_bits.data()), static_cast<std::streamsize>(x.size() * sizeof(bf16_t)));
-  std::filesystem::remove(in);
-  std::filesystem::remove(out);
   std::vector<bf16_t> ours(x.size());
   bf16_encode_f32(x.data(), ours.data(), static_cast<int64_t>(x.size()));
   int64_t compared = 0;

@@ -14,17 +14,12 @@
 #include "rl/grpo.h"
 #include "rl/refit.h"
 #include "rl/sft_job.h"
+#include "tests/test_temp_dir.h"
 
 namespace fp8rl {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("fp8rl_grpo_e2e_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  return p;
-}
 
 // Loads recipes/<recipe> with the overrides (the same path `fp8rl train` takes).
 std::string load(RunConfig& config, ConfigSchema& schema, const std::string& recipe, std::vector<std::string> overrides) {
@@ -39,10 +34,11 @@ const std::vector<std::string> kEasyTask = {"model.preset=tiny", "model.max_seq_
                                             "task.arithmetic.val_size=40", "task.arithmetic.train_size=2000",
                                             "eval.max_examples=40", "generation.max_new_tokens=4"};
 
-// A tiny SFT checkpoint, shared by the tests of this file.
+// A tiny SFT checkpoint, shared by the tests of this file (removed when the process exits).
 const fs::path& warm_start() {
+  static const testing::TempDir tmp;
   static const fs::path dir = [] {
-    const fs::path run = temp_dir("sft");
+    const fs::path run = tmp / "sft";
     ConfigSchema schema;
     RunConfig config;
     std::vector<std::string> o = kEasyTask;
@@ -177,7 +173,8 @@ TEST(GrpoKvCalibration, EqualsTheWholeBatchForwardsItReplaced) {
 }
 
 TEST(GrpoEndToEnd, Fp8EndToEndRaisesTheRewardWithExactAgreement) {
-  const fs::path run = temp_dir("e2e");
+  const testing::TempDir tmp;
+  const fs::path run = tmp / "e2e";
   ConfigSchema schema;
   RunConfig config;
   const GrpoJobResult result = run_grpo_job(config, load(config, schema, "grpo-fp8-e2e.yaml", grpo_overrides(run, 30, 32)), false);
@@ -195,13 +192,13 @@ TEST(GrpoEndToEnd, Fp8EndToEndRaisesTheRewardWithExactAgreement) {
   }
   std::printf("GRPO fp8-e2e tiny: reward %.3f -> %.3f, validation accuracy %.3f -> %.3f\n", first, last,
               result.val_accuracy_before, result.val_accuracy_after);
-  fs::remove_all(run);
 }
 
 // The same seed gives the same metrics, also with activation checkpointing and every phase's
 // memory released between phases; a resumed run equals an uninterrupted one.
 TEST(GrpoEndToEnd, SameSeedSameMetricsAndResumeMatchesAnUninterruptedRun) {
-  const fs::path a = temp_dir("a"), b = temp_dir("b"), c = temp_dir("c");
+  const testing::TempDir tmp;
+  const fs::path a = tmp / "a", b = tmp / "b", c = tmp / "c";
   {
     ConfigSchema s;
     RunConfig cfg;
@@ -226,7 +223,6 @@ TEST(GrpoEndToEnd, SameSeedSameMetricsAndResumeMatchesAnUninterruptedRun) {
     run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", grpo_overrides(c, 4)), true);
   }
   EXPECT_EQ(read_metrics(a, true), read_metrics(c, true));
-  for (const auto& p : {a, b, c}) fs::remove_all(p);
 }
 
 // Per-head KV scales and the next step's prompts in the calibration: the scales reach metrics and
@@ -234,7 +230,8 @@ TEST(GrpoEndToEnd, SameSeedSameMetricsAndResumeMatchesAnUninterruptedRun) {
 // uninterrupted one. A KV budget of 8 pages makes rollouts wait (kv_waited) without changing any
 // other metric: nothing is truncated.
 TEST(GrpoEndToEnd, PerHeadScalesResumeAndATinyKvBudgetOnlyMakesRolloutsWait) {
-  const fs::path a = temp_dir("head_a"), c = temp_dir("head_c"), d = temp_dir("head_d");
+  const testing::TempDir tmp;
+  const fs::path a = tmp / "head_a", c = tmp / "head_c", d = tmp / "head_d";
   auto run = [&](const fs::path& dir, std::vector<std::string> extra, bool resume, int64_t stop_after) {
     ConfigSchema s;
     RunConfig cfg;
@@ -260,11 +257,11 @@ TEST(GrpoEndToEnd, PerHeadScalesResumeAndATinyKvBudgetOnlyMakesRolloutsWait) {
     x.erase("kv_waited"), y.erase("kv_waited");
     EXPECT_EQ(x, y) << "step " << i + 1;
   }
-  for (const auto& p : {a, c, d}) fs::remove_all(p);
 }
 
 TEST(GrpoEndToEnd, BadInputsGiveOneClearErrorAndNoRunDirectory) {
-  const fs::path run = temp_dir("bad");
+  const testing::TempDir tmp;
+  const fs::path run = tmp / "bad";
   auto error_of = [&](const std::string& recipe, std::vector<std::string> extra) {
     ConfigSchema s;
     RunConfig cfg;
@@ -288,20 +285,18 @@ TEST(GrpoEndToEnd, BadInputsGiveOneClearErrorAndNoRunDirectory) {
               ::testing::HasSubstr("policy.fp8_kv_attention: true needs generation.kv_cache_dtype: fp8"));
   EXPECT_THAT(error_of("grpo-fp8-e2e-kv.yaml", {"generation.kv_scale_granularity=channel"}),
               ::testing::HasSubstr("expects one of 'layer', 'head'"));
-  const fs::path dataset = temp_dir("bad.jsonl");
+  const fs::path dataset = tmp / "bad.jsonl";
   std::ofstream(dataset) << "{\"prompt\": \"1+1=\", \"answer\": \"2\"}\nnot json\n";
   EXPECT_THAT(error_of("grpo-fp8-e2e.yaml", {"task.name=jsonl", "task.jsonl.train_path=" + dataset.string(),
                                              "task.jsonl.validation_path=" + dataset.string()}),
               ::testing::HasSubstr("line 2: not valid JSON"));
-  fs::remove(dataset);
   EXPECT_FALSE(fs::exists(run)) << "a failed start must not leave a run directory";
-  const fs::path broken = temp_dir("broken.yaml");
+  const fs::path broken = tmp / "broken.yaml";
   std::ofstream(broken) << "grpo:\n  max_num_steps: [1, 2\n";
   ConfigSchema s;
   RunConfig cfg;
   bind_run_config(s, cfg);
   EXPECT_THROW(s.load(broken, {}), Error);
-  fs::remove(broken);
 }
 
 }  // namespace

@@ -10,7 +10,6 @@
 // (it checks itself at two step sizes), so gradients get 2^-23 |expected| + 1e-10 and advantages
 // 2^-23 |expected| + 1e-12.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -24,6 +23,7 @@
 
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {
@@ -86,13 +86,13 @@ class GrpoGolden : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (const std::string why = testing::python_oracle_unavailable("numpy"); !why.empty()) GTEST_SKIP() << why;
-    const auto path = std::filesystem::temp_directory_path() / ("fp8rl_grpo_golden_" + std::to_string(::getpid()) + ".json");
+    const testing::TempDir tmp;
+    const auto path = tmp / "grpo_golden.json";
     const std::string cmd = "/usr/bin/python3 " FP8RL_SOURCE_DIR "/tools/oracles/grpo_golden.py " + path.string();
     const int rc = std::system(cmd.c_str());
     ASSERT_EQ(rc, 0) << "oracle failed: " << cmd << " (is python3-numpy installed?)";
     std::ifstream in(path);
     golden_ = new json(json::parse(in));
-    std::filesystem::remove(path);
   }
   static void TearDownTestSuite() {
     delete golden_;

@@ -16,8 +16,8 @@
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
 #include "rl/grpo.h"
-#include "tests/io/test_temp_dir.h"
 #include "tests/tasks/byte_level_toy.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {

@@ -18,7 +18,7 @@
 #include "model/hf_config.h"
 #include "model/hf_weights.h"
 #include "rl/grpo.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 
 namespace fp8rl {
 namespace {

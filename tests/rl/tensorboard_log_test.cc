@@ -13,8 +13,8 @@
 #include "io/tfevents.h"
 #include "rl/grpo.h"
 #include "rl/sft_job.h"
-#include "tests/io/test_temp_dir.h"
 #include "tests/io/tfevents_oracle.h"
+#include "tests/test_temp_dir.h"
 
 namespace fp8rl {
 namespace {

@@ -16,8 +16,8 @@
 #include <random>
 
 #include "tasks/pretokenize_llama3.h"
-#include "tests/io/test_temp_dir.h"
 #include "tests/tasks/byte_level_toy.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {

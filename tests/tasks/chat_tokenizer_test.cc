@@ -15,8 +15,8 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "tests/io/test_temp_dir.h"
 #include "tests/tasks/byte_level_toy.h"
+#include "tests/test_temp_dir.h"
 #include "tasks/chat_tokenizer.h"
 #include "tasks/utf8.h"
 

@@ -4,10 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
-
 #include "core/check.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {
@@ -16,37 +14,31 @@ namespace {
 using ::testing::HasSubstr;
 using testing::error_message;
 
-std::string write_temp(const std::string& name, const std::string& text) {
-  const auto p = std::filesystem::temp_directory_path() / ("fp8rl_jsonl_" + std::to_string(::getpid()) + "_" + name);
-  std::ofstream(p) << text;
-  return p.string();
-}
-
 TEST(JsonlTask, ReadsExamplesAndSkipsBlankLines) {
-  const std::string path = write_temp("ok.jsonl", "{\"prompt\": \"1+2=\", \"answer\": \"3\"}\n\n{\"prompt\": \"x\", \"answer\": \"y\"}\n");
+  const testing::TempDir tmp;
+  const std::string path = tmp.write("ok.jsonl", "{\"prompt\": \"1+2=\", \"answer\": \"3\"}\n\n{\"prompt\": \"x\", \"answer\": \"y\"}\n");
   const auto ex = read_jsonl_examples(path);
   ASSERT_EQ(ex.size(), 2u);
   EXPECT_EQ(ex[0].prompt, "1+2=");
   EXPECT_EQ(ex[1].answer, "y");
   JsonlTask task({path, path});
   EXPECT_EQ(task.train().size(), 2u);
-  std::filesystem::remove(path);
 }
 
 TEST(JsonlTask, MalformedLinesAreReportedWithTheirLineNumber) {
-  const std::string bad_json = write_temp("bad.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": \"a\",\n");
+  const testing::TempDir tmp;
+  const std::string bad_json = tmp.write("bad.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": \"a\",\n");
   EXPECT_THAT(error_message([&] { read_jsonl_examples(bad_json); }), HasSubstr("line 2: not valid JSON"));
-  const std::string missing = write_temp("missing.jsonl", "{\"prompt\": \"a\"}\n");
+  const std::string missing = tmp.write("missing.jsonl", "{\"prompt\": \"a\"}\n");
   EXPECT_THAT(error_message([&] { read_jsonl_examples(missing); }),
               HasSubstr("line 1: expected an object with a string field \"prompt\" and a string or number field \"answer\""));
-  const std::string number = write_temp("number.jsonl", "\n\n{\"prompt\": \"a\", \"answer\": [5]}\n");
+  const std::string number = tmp.write("number.jsonl", "\n\n{\"prompt\": \"a\", \"answer\": [5]}\n");
   EXPECT_THAT(error_message([&] { read_jsonl_examples(number); }), HasSubstr("line 3:"));
   EXPECT_THAT(error_message([&] { read_jsonl_examples(bad_json, "question", "answer"); }),
               HasSubstr("line 1: expected an object with a string field \"question\""));
-  const std::string empty = write_temp("empty.jsonl", "\n");
+  const std::string empty = tmp.write("empty.jsonl", "\n");
   EXPECT_THAT(error_message([&] { read_jsonl_examples(empty); }), HasSubstr("no examples"));
   EXPECT_THAT(error_message([&] { read_jsonl_examples("/nonexistent/x.jsonl"); }), HasSubstr("cannot open"));
-  for (const auto& p : {bad_json, missing, number, empty}) std::filesystem::remove(p);
 }
 
 TEST(JsonlTask, FinalAnswerExtraction) {
@@ -82,15 +74,15 @@ TEST(JsonlTask, Gsm8kStyleAnswersAndThousandsSeparators) {
 }
 
 TEST(JsonlTask, ChosenFieldsAndNumericAnswers) {
+  const testing::TempDir tmp;
   const std::string path =
-      write_temp("gsm.jsonl", "{\"question\": \"What is 2+2?\", \"answer\": \"2+2=4\\n#### 4\"}\n"
-                              "{\"question\": \"And 3*3?\", \"answer\": 9, \"extra\": true}\n");
+      tmp.write("gsm.jsonl", "{\"question\": \"What is 2+2?\", \"answer\": \"2+2=4\\n#### 4\"}\n"
+                             "{\"question\": \"And 3*3?\", \"answer\": 9, \"extra\": true}\n");
   const auto ex = read_jsonl_examples(path, "question", "answer");
   ASSERT_EQ(ex.size(), 2u);
   EXPECT_EQ(ex[0].prompt, "What is 2+2?");
   EXPECT_EQ(ex[1].answer, "9");
   EXPECT_EQ(jsonl_reward(ex[0].answer, "the answer is 4"), 1.0);
-  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@
 
 #include "core/rng.h"
 #include "tasks/pretokenize_llama3.h"
-#include "tests/io/test_temp_dir.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {
