@@ -4,6 +4,8 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
@@ -76,6 +78,38 @@ nlohmann::json values_json(const std::vector<double>& v) {
   return out;
 }
 
+// token_mult_prob_error by response length: the length bins any run has (metrics.jsonl's
+// token_mult_prob_error_by_length.<bin>, e.g. "17-32", ordered by their first length) and, per
+// preset, the mean over its runs and steps of each bin's value (null where none has it).
+nlohmann::json mismatch_by_length(const std::vector<RunGroup>& groups) {
+  const std::string prefix = "token_mult_prob_error_by_length.";
+  std::map<int64_t, std::string> by_start;
+  for (const RunGroup& g : groups)
+    for (const RunMetrics* run : g.runs)
+      for (const std::string& metric : run->metric_order)
+        if (metric.starts_with(prefix)) {
+          const std::string bin = metric.substr(prefix.size());
+          by_start.emplace(std::atoll(bin.c_str()), bin);
+        }
+  std::vector<std::string> bins;
+  for (const auto& [start, bin] : by_start) bins.push_back(bin);
+  nlohmann::json out = {{"bins", bins}, {"groups", nlohmann::json::array()}};
+  for (const RunGroup& g : groups) {
+    nlohmann::json values = nlohmann::json::array();
+    for (const std::string& bin : bins) {
+      double sum = 0;
+      int64_t n = 0;
+      for (const RunMetrics* run : g.runs)
+        if (const auto* v = run->find(prefix + bin))
+          for (double x : *v)
+            if (std::isfinite(x)) sum += x, ++n;
+      values.push_back(n > 0 ? nlohmann::json(sum / static_cast<double>(n)) : nlohmann::json(nullptr));
+    }
+    out["groups"].push_back(std::move(values));
+  }
+  return out;
+}
+
 // The data the page's script draws (its shape is documented in report_page.js).
 nlohmann::json page_data(const std::vector<RunGroup>& groups, const std::vector<std::string>& time_keys) {
   nlohmann::json data;
@@ -98,6 +132,7 @@ nlohmann::json page_data(const std::vector<RunGroup>& groups, const std::vector<
   data["charts"] = nlohmann::json::array();
   for (const LineChart& chart : kLineCharts)
     data["charts"].push_back({{"metric", chart.metric}, {"title", chart.title}});
+  data["by_length"] = mismatch_by_length(groups);
   data["timing"] = {{"keys", time_keys}, {"colors", nlohmann::json::array()}};
   for (size_t k = 0; k < time_keys.size(); ++k)
     data["timing"]["colors"].push_back(kTimingColors[k % kTimingColors.size()]);

@@ -1,8 +1,11 @@
 // The charts of an `fp8rl report` page, drawn with uPlot from the JSON in #report-data:
 //   {groups: [{preset, color, runs: [{name, steps: [S], metrics: {name: [S] (null = absent)}}]}],
-//    charts: [{metric, title}], timing: {keys: [K], colors: [K]}}
+//    charts: [{metric, title}], timing: {keys: [K], colors: [K]},
+//    by_length: {bins: [B] (e.g. "17-32"), groups: [[B] per group: mean token_mult_prob_error or null]}}
 // Line charts: one thin line per run (seed), one thick line per preset (the mean of its runs at
-// each step). Step time: per preset, the mean over its runs of each timing key, stacked.
+// each step). Mismatch by response length (when runs record it): per preset, the mean over its
+// runs and steps of each length bin's token_mult_prob_error. Step time: per preset, the mean over
+// its runs of each timing key, stacked.
 //
 // After drawing, each chart's element carries data-points (the non-null values plotted) and
 // data-ink (coloured pixels in the plot area, read back from the canvas), and <body> carries
@@ -85,7 +88,7 @@
     return entry;
   }
 
-  function plot(entry, series, xs, ys, options, readout) {
+  function plot(entry, series, xs, ys, options, readout, xText = (u, i) => `step ${u.data[0][i]}`) {
     const target = entry.el.querySelector(".plot");
     const opts = Object.assign(
       {
@@ -101,7 +104,7 @@
           setCursor: [(u) => {
             const i = u.cursor.idx;
             entry.el.querySelector(".readout").textContent =
-              i == null ? "hover for values" : `step ${u.data[0][i]}: ${readout(u, i)}`;
+              i == null ? "hover for values" : `${xText(u, i)}: ${readout(u, i)}`;
           }],
         },
       },
@@ -142,6 +145,21 @@
     plot(entry, series, xs, ys, {}, (u, i) => means.map(([name, c]) => `${name} ${fmt(u.data[c][i])}`).join(" · "));
   }
 
+  // x = the length bin's index, labelled with the bin; one line per preset.
+  function lengthChart(container) {
+    const bins = data.by_length.bins;
+    const entry = addChart(container, "token_mult_prob_error by response length (tokens; mean over steps and runs)");
+    const xs = bins.map((_, i) => i);
+    const series = data.groups.map((g) => ({ label: g.preset, stroke: g.color, width: 2, spanGaps: true,
+                                             points: { show: true, size: 5 } }));
+    const ys = data.by_length.groups;
+    const axes = [{ label: "response length (tokens)", labelSize: 20, size: 36, incrs: [1],
+                    values: (u, splits) => splits.map((i) => bins[i] || "") }, { size: 56 }];
+    plot(entry, series, xs, ys, { axes, scales: { x: { time: false, range: [-0.3, bins.length - 0.7] } } },
+         (u, i) => data.groups.map((g, k) => `${g.preset} ${fmt(u.data[k + 1][i])}`).join(" · "),
+         (u, i) => `${bins[i]} tokens`);
+  }
+
   // The mean over a group's runs of each timing key at the steps `xs`: (K) columns.
   function timingMeans(group, xs) {
     return data.timing.keys.map((k) => meanOf(group.runs.map((r) => align(r, `timing.${k}`, xs)), xs.length));
@@ -169,6 +187,7 @@
 
   const lines = document.getElementById("line-charts");
   for (const spec of data.charts) lineChart(lines, spec);
+  if (data.by_length.bins.length > 0) lengthChart(lines);
   if (data.timing.keys.length > 0) {
     // One y range for every preset, so that the stacks compare by height.
     const stacks = data.groups.map((g) => {

@@ -548,6 +548,11 @@ nlohmann::ordered_json GrpoJob::metrics_line(int64_t step, const StepRollouts& s
   line["response_length_mean"] = static_cast<double>(s.tokens) / static_cast<double>(rollouts_);
   line["response_length_max"] = s.longest;
   for (const auto& [name, value] : named_metrics(m)) line[name] = finite_or_null(value);
+  nlohmann::ordered_json by_length = nlohmann::ordered_json::object();  // the bins that hold responses
+  for (int i = 0; i < kLengthBins; ++i)
+    if (std::isfinite(m.token_mult_prob_error_by_length[i]))
+      by_length[length_bin_name(i)] = m.token_mult_prob_error_by_length[i];
+  line["token_mult_prob_error_by_length"] = by_length;
   line["grad_norm"] = finite_or_null(t.grad_norm);
   line["lr"] = t.lr;
   line["skipped_optimizer_steps"] = t.skipped;

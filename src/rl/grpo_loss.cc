@@ -110,24 +110,44 @@ double js_two_point(double lp, double lq) {
 
 }  // namespace
 
+int length_bin(int64_t tokens) {
+  int bin = 0;
+  for (int64_t upper = 16; tokens > upper && bin + 1 < kLengthBins; upper *= 2) ++bin;
+  return bin;
+}
+
+std::string length_bin_name(int bin) {
+  const int64_t upper = int64_t{16} << bin;
+  if (bin + 1 == kLengthBins) return fmt::format("{}+", upper / 2 + 1);
+  return fmt::format("{}-{}", bin == 0 ? 1 : upper / 2 + 1, upper);
+}
+
 void MismatchMetricSums::merge(const MismatchMetricSums& o) {
   token_mult_prob_error.merge(o.token_mult_prob_error);
+  for (int i = 0; i < kLengthBins; ++i) token_mult_prob_error_by_length[i].merge(o.token_mult_prob_error_by_length[i]);
   gen_kl_error.merge(o.gen_kl_error);
   policy_kl_error.merge(o.policy_kl_error);
   js_divergence_error.merge(o.js_divergence_error);
   num_nonfinite += o.num_nonfinite;
 }
 
-void accumulate_mismatch_metrics(std::span<const float> prev, std::span<const float> gen, MismatchMetricSums& sums) {
+void accumulate_mismatch_metrics(std::span<const float> prev, std::span<const float> gen, MismatchMetricSums& sums,
+                                 std::span<const int64_t> offsets) {
   FP8RL_CHECK(prev.size() == gen.size(), "accumulate_mismatch_metrics: {} prev log-probs but {} gen log-probs",
               prev.size(), gen.size());
+  FP8RL_CHECK(offsets.empty() || (offsets.front() == 0 && offsets.back() == static_cast<int64_t>(prev.size())),
+              "accumulate_mismatch_metrics: offsets do not cover the {} tokens", prev.size());
+  size_t seq = 0;  // the sequence of token t, with offsets
   for (size_t t = 0; t < prev.size(); ++t) {
+    while (!offsets.empty() && offsets[seq + 1] <= static_cast<int64_t>(t)) ++seq;
     if (!std::isfinite(prev[t]) || !std::isfinite(gen[t])) {
       ++sums.num_nonfinite;
       continue;
     }
     const double d = static_cast<double>(prev[t]) - gen[t];
     sums.token_mult_prob_error.add(std::exp(std::fabs(d)));
+    if (!offsets.empty())
+      sums.token_mult_prob_error_by_length[length_bin(offsets[seq + 1] - offsets[seq])].add(std::exp(std::fabs(d)));
     sums.gen_kl_error.add(std::expm1(d) - d);     // e^d - 1 - d
     sums.policy_kl_error.add(std::expm1(-d) + d);  // e^-d - 1 + d
     sums.js_divergence_error.add(js_two_point(prev[t], gen[t]));
@@ -156,6 +176,7 @@ GrpoMetrics GrpoMetricSums::finalize() const {
   GrpoMetrics m;
   m.loss = loss;
   m.token_mult_prob_error = mismatch.token_mult_prob_error.mean();
+  for (int i = 0; i < kLengthBins; ++i) m.token_mult_prob_error_by_length[i] = mismatch.token_mult_prob_error_by_length[i].mean();
   m.gen_kl_error = mismatch.gen_kl_error.mean();
   m.policy_kl_error = mismatch.policy_kl_error.mean();
   m.js_divergence_error = mismatch.js_divergence_error.mean();
@@ -283,7 +304,7 @@ GrpoLossResult grpo_loss(const GrpoLossConfig& config, const GrpoLossBatch& b, s
 
   GrpoLossResult result;
   GrpoMetricSums& m = result.sums;
-  accumulate_mismatch_metrics(b.prev, b.gen, m.mismatch);
+  accumulate_mismatch_metrics(b.prev, b.gen, m.mismatch, b.offsets);
   m.num_tokens = static_cast<int64_t>(b.curr.size());
   m.num_sequences = S;
 

@@ -53,6 +53,7 @@
 //   prev, gen, ref and the weights are constants (no gradient).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -141,8 +142,15 @@ struct MeanSum {
 //       full-vocabulary JS divergence at that position. Log-probs above 0 (rounding) count as 0.
 // Tokens whose prev or gen is not finite are left out of these means (a single NaN would hide
 // every other token) and counted in num_nonfinite instead.
+// Response-length bins of token_mult_prob_error_by_length: 1-16, 17-32, 33-64, ..., 2049+ tokens
+// (a sequence's tokens all go to the bin of its length), to show whether mismatch grows with it.
+inline constexpr int kLengthBins = 9;
+int length_bin(int64_t tokens);
+std::string length_bin_name(int bin);
+
 struct MismatchMetricSums {
   MeanSum token_mult_prob_error;
+  std::array<MeanSum, kLengthBins> token_mult_prob_error_by_length;
   MeanSum gen_kl_error;
   MeanSum policy_kl_error;
   MeanSum js_divergence_error;
@@ -151,13 +159,16 @@ struct MismatchMetricSums {
 };
 
 // prev, gen: [T]. Adds the tokens to `sums` (call once per micro-batch, or on a whole rollout
-// when no loss is computed).
-void accumulate_mismatch_metrics(std::span<const float> prev, std::span<const float> gen, MismatchMetricSums& sums);
+// when no loss is computed); with `offsets` ([num_seqs + 1], as GrpoLossBatch's) also to the
+// length bins.
+void accumulate_mismatch_metrics(std::span<const float> prev, std::span<const float> gen, MismatchMetricSums& sums,
+                                 std::span<const int64_t> offsets = {});
 
 // Final values of one step. Means are over the tokens of the global batch (NaN if none counted).
 struct GrpoMetrics {
   double loss = 0;
   double token_mult_prob_error = 0, gen_kl_error = 0, policy_kl_error = 0, js_divergence_error = 0;
+  std::array<double, kLengthBins> token_mult_prob_error_by_length{};  // NaN for bins without tokens
   double sampling_importance_ratio = 0;  // mean_t w as used (after truncation and masking; see above)
   double is_oob_ratio = 0;  // fraction of tokens whose raw weight is outside [min, C] (or non-finite);
                             // seq-mask-tis: tokens of masked sequences; 0 without truncation

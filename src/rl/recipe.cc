@@ -82,8 +82,9 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("policy.train_micro_batch_size", &c.train_micro_batch_size, 64,
         "sequences per forward/backward (gradients accumulate over micro-batches)").at_least(1);
 
-  s.add_enum("task.name", &c.task, TaskKind::kArithmetic, {{"arithmetic", TaskKind::kArithmetic}, {"jsonl", TaskKind::kJsonl}},
-             "task");
+  s.add_enum("task.name", &c.task, TaskKind::kArithmetic,
+             {{"arithmetic", TaskKind::kArithmetic}, {"running_sum", TaskKind::kRunningSum}, {"jsonl", TaskKind::kJsonl}},
+             "task: arithmetic (short answers), running_sum (long answers: every running total), jsonl (a dataset)");
   s.add("task.jsonl.train_path", &c.jsonl.train_path, "", "JSONL file of {prompt, answer} lines (task.name: jsonl)");
   s.add("task.jsonl.validation_path", &c.jsonl.validation_path, "", "JSONL validation file (task.name: jsonl)");
   s.add("task.jsonl.prompt_key", &c.jsonl.prompt_key, "prompt", "field of a JSONL line holding the prompt");
@@ -93,6 +94,7 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "longest JSONL line accepted (a longer one is refused before it is parsed)")
       .at_least(2);
   bind_arithmetic_task_config(s, "task.arithmetic", c.arithmetic);
+  bind_running_sum_task_config(s, "task.running_sum", c.running_sum);
 
   s.add("sft.max_num_steps", &c.sft_max_num_steps, 300, "SFT optimizer steps").at_least(1);
   s.add("sft.max_consecutive_skipped_steps", &c.sft_max_consecutive_skipped_steps, 3,
@@ -247,6 +249,7 @@ std::unique_ptr<Task> make_task(const RunConfig& config) {
       FP8RL_REQUIRE(!config.jsonl.train_path.empty() && !config.jsonl.validation_path.empty(),
                     "task.name: jsonl needs task.jsonl.train_path and task.jsonl.validation_path");
       return std::make_unique<JsonlTask>(config.jsonl);
+    case TaskKind::kRunningSum: return std::make_unique<RunningSumTask>(config.running_sum);
     case TaskKind::kArithmetic: break;
   }
   return std::make_unique<ArithmeticTask>(config.arithmetic);

@@ -20,6 +20,7 @@
 #include "rl/refit.h"
 #include "tasks/arithmetic.h"
 #include "tasks/jsonl_task.h"
+#include "tasks/running_sum.h"
 #include "tasks/task.h"
 
 namespace fp8rl {
@@ -28,7 +29,7 @@ namespace fp8rl {
 // nothing past bind_run_config compares their names.
 enum class TokenizerChoice : uint8_t { kAuto, kChar };          // tokenizer.name: auto | char
 enum class ReleaseMemory : uint8_t { kAuto, kAlways, kNever };  // policy.release_memory_between_phases: auto | true | false
-enum class TaskKind : uint8_t { kArithmetic, kJsonl };          // task.name
+enum class TaskKind : uint8_t { kArithmetic, kRunningSum, kJsonl };  // task.name
 // generation.kv_calibration_data: batch | batch_and_next_prompts | next_prompts
 enum class KvCalibrationData : uint8_t { kBatch, kBatchAndNextPrompts, kNextPrompts };
 
@@ -67,8 +68,9 @@ struct RunConfig {
   int64_t train_micro_batch_size = 0;   // policy.train_micro_batch_size
 
   // Task.
-  TaskKind task = TaskKind::kArithmetic;  // task.name: arithmetic | jsonl
+  TaskKind task = TaskKind::kArithmetic;  // task.name: arithmetic | running_sum | jsonl
   ArithmeticTaskConfig arithmetic;
+  RunningSumTaskConfig running_sum;
   JsonlTaskConfig jsonl;
 
   // SFT.

@@ -35,9 +35,10 @@ std::string metrics_line(int step, double offset, bool with_val) {
   std::string line =
       fmt::format(R"({{"step":{},"reward_mean":{},"accuracy":{},"response_length_mean":{},"response_length_max":6,)"
                   R"("token_mult_prob_error":{},"gen_kl_error":{},"is_oob_ratio":{},"grad_norm":{},"lr":5e-05,)"
-                  R"("skipped_optimizer_steps":0,"kv_scales":[[1.0,2.0]],)",
+                  R"("skipped_optimizer_steps":0,"kv_scales":[[1.0,2.0]],)"
+                  R"("token_mult_prob_error_by_length":{{"1-16":{},"17-32":{}}},)",
                   step, 0.4 + 0.01 * t + offset, 0.5 + 0.01 * t, 4.0 + 0.05 * t, 1.0 + 0.02 / t + offset, 1e-3 / t,
-                  0.01 * offset, 0.5 + 0.1 * std::sin(t));
+                  0.01 * offset, 0.5 + 0.1 * std::sin(t), 1.0 + offset, 1.0 + 2 * offset + 0.001 * t);
   if (with_val) line += fmt::format(R"("val_accuracy":{},)", 0.6 + 0.005 * t + offset);
   line += fmt::format(
       R"("timing":{{"generation":{},"logprobs":0.01,"training":{},"refit":0.002,"kv_calibration":{},"total":{}}},)"

@@ -321,6 +321,34 @@ TEST(GrpoMismatchMetrics, KnownValues) {
   EXPECT_EQ(t.js_divergence_error.mean(), 0.0);
 }
 
+TEST(GrpoMismatchMetrics, LengthBinsTakeEachSequencesTokens) {
+  EXPECT_EQ(length_bin(1), 0);
+  EXPECT_EQ(length_bin(16), 0);
+  EXPECT_EQ(length_bin(17), 1);
+  EXPECT_EQ(length_bin(64), 2);
+  EXPECT_EQ(length_bin(65), 3);
+  EXPECT_EQ(length_bin(2048), 7);
+  EXPECT_EQ(length_bin(1 << 20), kLengthBins - 1);
+  EXPECT_EQ(length_bin_name(0), "1-16");
+  EXPECT_EQ(length_bin_name(1), "17-32");
+  EXPECT_EQ(length_bin_name(7), "1025-2048");
+  EXPECT_EQ(length_bin_name(kLengthBins - 1), "2049+");
+  // A 2-token sequence with exp|d| = 2 on both tokens, then a 20-token one in exact agreement
+  // but for one token with exp|d| = 4.
+  std::vector<float> prev(22, -1.0f), gen(22, -1.0f);
+  gen[0] = gen[1] = -1.0f - static_cast<float>(std::log(2.0));
+  gen[5] = -1.0f + static_cast<float>(std::log(4.0));
+  const std::vector<int64_t> offsets = {0, 2, 22};
+  MismatchMetricSums s;
+  accumulate_mismatch_metrics(prev, gen, s, offsets);
+  EXPECT_EQ(s.token_mult_prob_error_by_length[0].count, 2);
+  EXPECT_NEAR(s.token_mult_prob_error_by_length[0].mean(), 2.0, 1e-6);
+  EXPECT_EQ(s.token_mult_prob_error_by_length[1].count, 20);
+  EXPECT_NEAR(s.token_mult_prob_error_by_length[1].mean(), (19.0 + 4.0) / 20.0, 1e-6);
+  EXPECT_EQ(s.token_mult_prob_error_by_length[2].count, 0);
+  EXPECT_NEAR(s.token_mult_prob_error.mean(), (2 * 2.0 + 19.0 + 4.0) / 22.0, 1e-6);
+}
+
 // ------------------------------------------------------------------------------------------------
 // Bad input
 // ------------------------------------------------------------------------------------------------

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The long-answer study (docs/results.md, "Long answers"): the SFT warm start on the running-sum
+# task (recipes/sft-running-sum.yaml, if missing), then GRPO from it with the four precision
+# presets plus FP8 generation without importance-sampling correction, SEEDS seeds each, then the
+# summary table and the report page (docs/long-answers.html; its "token_mult_prob_error by
+# response length" chart shows the mismatch against answer length).
+#
+# Every run is resumable: a run directory that is complete is kept, one that was interrupted
+# continues with --resume, so the study can be spread over several invocations (the runs are
+# long on a 2-core machine). STOP_AFTER=N ends each invocation of a run after N steps (with a
+# checkpoint); rerun the script to go on. Assumes scripts/build.sh release has run.
+# Usage: scripts/long_answers.sh [SEEDS] [STEPS] [PRESET...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seeds=${1:-5}
+steps=${2:-60}
+shift $(( $# > 2 ? 2 : $# ))
+presets=("$@")
+[ ${#presets[@]} -gt 0 ] || presets=(bf16 fp8-gen fp8-gen-no-is fp8-e2e fp8-e2e-kv)
+
+sft=runs/sft-running-sum
+if [ ! -f "$sft/checkpoint/model.safetensors" ] ||
+   ! cmp -s <(build/fp8rl config recipes/sft-running-sum.yaml) "$sft/config.yaml"; then
+  rm -rf "$sft"
+  build/fp8rl sft recipes/sft-running-sum.yaml
+fi
+
+# The long-answer settings on top of each preset's recipe: the running-sum task of the warm start,
+# 16 prompts x 8 samples per step, answers of up to 256 tokens.
+long=(model.checkpoint="$sft/checkpoint" model.max_seq_len=320 task.name=running_sum
+      task.running_sum.min_terms=12 task.running_sum.max_terms=24 task.running_sum.term_digits=1 task.running_sum.train_size=50000
+      task.running_sum.val_size=200 generation.max_new_tokens=256 grpo.num_prompts_per_step=16
+      grpo.num_generations_per_prompt=8 policy.train_global_batch_size=128 policy.train_micro_batch_size=64
+      grpo.max_num_steps="$steps" grpo.val_period=20 eval.max_examples=200)
+for preset in "${presets[@]}"; do
+  recipe=recipes/grpo-$preset.yaml
+  extra=()
+  if [ "$preset" = fp8-gen-no-is ]; then
+    recipe=recipes/grpo-fp8-gen.yaml
+    extra=(run.name=grpo-fp8-gen-no-is loss_fn.use_importance_sampling_correction=false
+           loss_fn.allow_fp8_generation_without_is=true)
+  fi
+  for seed in $(seq 1 "$seeds"); do
+    dir=runs/long-answers/$preset-seed$seed
+    args=("$recipe" "${long[@]}" "${extra[@]}" "grpo.seed=$seed" "logger.log_dir=$dir")
+    [ -z "${STOP_AFTER:-}" ] || args+=(--stop-after "$STOP_AFTER")
+    if [ -f "$dir/metrics.jsonl" ] && grep -q "\"step\":$steps," "$dir/metrics.jsonl"; then
+      echo "== $preset seed $seed: complete"
+      continue
+    fi
+    echo "== $preset seed $seed"
+    if [ -d "$dir" ]; then
+      build/fp8rl train "${args[@]}" --resume | tail -1
+    else
+      build/fp8rl train "${args[@]}" | tail -1
+    fi
+  done
+done
+python3 tools/summarize_runs.py runs/long-answers/*-seed*
+build/fp8rl report runs/long-answers/*-seed* -o docs/long-answers.html

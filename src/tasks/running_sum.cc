@@ -1,0 +1,100 @@
+#include "tasks/running_sum.h"
+
+#include <fmt/format.h>
+
+#include <unordered_set>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "io/config.h"
+
+namespace fp8rl {
+namespace {
+
+constexpr uint64_t kValidationStream = 1;
+constexpr uint64_t kTrainStream = 2;
+constexpr int64_t kDrawsPerExample = 200;  // as the arithmetic task: only small spaces reach it
+
+Example draw_example(RandomStream& rng, const RunningSumTaskConfig& c) {
+  const int terms = c.min_terms + static_cast<int>(rng.next_below(static_cast<uint32_t>(c.max_terms - c.min_terms + 1)));
+  uint32_t bound = 1;
+  for (int d = 0; d < c.term_digits; ++d) bound *= 10;
+  std::vector<int64_t> values(static_cast<size_t>(terms));
+  std::string prompt;
+  for (int i = 0; i < terms; ++i) {
+    values[static_cast<size_t>(i)] = rng.next_below(bound);
+    prompt += fmt::format("{}{}", i ? "+" : "", values[static_cast<size_t>(i)]);
+  }
+  return Example{prompt + "=", running_sum_answer(values)};
+}
+
+[[noreturn]] void config_error(std::string_view message) {
+  throw Error(fmt::format("running_sum task config: {}", message));
+}
+
+// The leading digits of `s`.
+std::string_view leading_digits(std::string_view s) {
+  size_t end = 0;
+  while (end < s.size() && s[end] >= '0' && s[end] <= '9') ++end;
+  return s.substr(0, end);
+}
+
+}  // namespace
+
+void bind_running_sum_task_config(ConfigSchema& schema, const std::string& prefix, RunningSumTaskConfig& config) {
+  const RunningSumTaskConfig d;
+  schema.add(prefix + ".min_terms", &config.min_terms, d.min_terms, "fewest numbers to add").range(2, 400);
+  schema.add(prefix + ".max_terms", &config.max_terms, d.max_terms, "most numbers to add (the answer-length dial)")
+      .range(2, 400);
+  schema.add(prefix + ".term_digits", &config.term_digits, d.term_digits, "digits of each number, at most").range(1, 4);
+  schema.add(prefix + ".seed", &config.seed, d.seed, "seed of the train and validation splits");
+  schema.add(prefix + ".train_size", &config.train_size, d.train_size, "train prompts").at_least(0);
+  schema.add(prefix + ".val_size", &config.val_size, d.val_size, "validation prompts (distinct)").at_least(0);
+}
+
+std::string running_sum_answer(const std::vector<int64_t>& terms) {
+  FP8RL_CHECK(terms.size() >= 2, "running_sum_answer: {} terms (at least 2)", terms.size());
+  std::string answer;
+  int64_t total = terms[0];
+  for (size_t i = 1; i < terms.size(); ++i) {
+    answer += fmt::format("{}+{}={} ", total, terms[i], total + terms[i]);
+    total += terms[i];
+  }
+  return answer + fmt::format("#{}", total);
+}
+
+double running_sum_reward(const Example& example, std::string_view response) {
+  const size_t expected_at = example.answer.rfind('#');
+  const size_t at = response.rfind('#');
+  if (expected_at == std::string::npos || at == std::string_view::npos) return 0.0;
+  const std::string_view expected = std::string_view(example.answer).substr(expected_at + 1);
+  const std::string_view got = leading_digits(response.substr(at + 1));
+  return !got.empty() && got == expected ? 1.0 : 0.0;
+}
+
+RunningSumTask::RunningSumTask(const RunningSumTaskConfig& c) {
+  if (c.min_terms < 2 || c.max_terms > 400 || c.min_terms > c.max_terms)
+    config_error(fmt::format("terms must satisfy 2 <= min_terms <= max_terms <= 400, got min {} and max {}",
+                             c.min_terms, c.max_terms));
+  if (c.term_digits < 1 || c.term_digits > 4) config_error(fmt::format("term_digits {} is not in 1..4", c.term_digits));
+  if (c.train_size < 0 || c.val_size < 0)
+    config_error(fmt::format("train_size ({}) and val_size ({}) must be >= 0", c.train_size, c.val_size));
+  std::unordered_set<std::string> val_prompts;
+  RandomStream val_rng(c.seed, kValidationStream);
+  for (int64_t draws = 0; static_cast<int64_t>(validation_.size()) < c.val_size; ++draws) {
+    if (draws > kDrawsPerExample * c.val_size)
+      config_error(fmt::format("could not draw {} distinct validation prompts; lower val_size", c.val_size));
+    Example e = draw_example(val_rng, c);
+    if (val_prompts.insert(e.prompt).second) validation_.push_back(std::move(e));
+  }
+  RandomStream train_rng(c.seed, kTrainStream);
+  train_.reserve(static_cast<size_t>(c.train_size));
+  for (int64_t draws = 0; static_cast<int64_t>(train_.size()) < c.train_size; ++draws) {
+    if (draws > kDrawsPerExample * c.train_size)
+      config_error("could not draw train prompts outside the validation split; lower val_size");
+    Example e = draw_example(train_rng, c);
+    if (!val_prompts.contains(e.prompt)) train_.push_back(std::move(e));
+  }
+}
+
+}  // namespace fp8rl

@@ -1,0 +1,97 @@
+#include "tasks/running_sum.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/check.h"
+#include "tasks/char_tokenizer.h"
+
+namespace fp8rl {
+namespace {
+
+using ::testing::HasSubstr;
+
+RunningSumTaskConfig config_with(int min_terms, int max_terms) {
+  RunningSumTaskConfig c;
+  c.min_terms = min_terms, c.max_terms = max_terms;
+  c.train_size = 500, c.val_size = 50, c.seed = 3;
+  return c;
+}
+
+TEST(RunningSumTask, AnswerWritesEveryAdditionThenTheSum) {
+  EXPECT_EQ(running_sum_answer({12, 7, 30, 5}), "12+7=19 19+30=49 49+5=54 #54");
+  EXPECT_EQ(running_sum_answer({0, 0}), "0+0=0 #0");
+}
+
+TEST(RunningSumTask, RewardScoresTheDigitsAfterTheLastHashOnly) {
+  const Example e{"12+7+30+5=", "12+7=19 19+30=49 49+5=54 #54"};
+  EXPECT_EQ(running_sum_reward(e, "12+7=19 19+30=49 49+5=54 #54"), 1.0);
+  EXPECT_EQ(running_sum_reward(e, "19 48 53 #54"), 1.0);   // the working is not scored
+  EXPECT_EQ(running_sum_reward(e, "#53 #54 and more"), 1.0);  // the last '#' counts
+  EXPECT_EQ(running_sum_reward(e, "19 49 54 #540"), 0.0);
+  EXPECT_EQ(running_sum_reward(e, "19 49 54 #5"), 0.0);
+  EXPECT_EQ(running_sum_reward(e, "19 49 54 54"), 0.0);  // no '#'
+  EXPECT_EQ(running_sum_reward(e, "#"), 0.0);
+  EXPECT_EQ(running_sum_reward(e, ""), 0.0);
+}
+
+TEST(RunningSumTask, ExamplesAreConsistentAndTheLengthFollowsTheTermCount) {
+  for (const auto& [terms, lo, hi] : {std::tuple{8, 60, 110}, std::tuple{40, 400, 560}}) {
+    const RunningSumTask task(config_with(terms, terms));
+    double length = 0;
+    for (const Example& e : task.train()) {
+      // Re-derive the answer from the prompt's terms.
+      std::vector<int64_t> values;
+      size_t at = 0;
+      while (at < e.prompt.size() - 1) {
+        const size_t end = e.prompt.find_first_of("+=", at);
+        values.push_back(std::stoll(e.prompt.substr(at, end - at)));
+        at = end + 1;
+      }
+      ASSERT_EQ(static_cast<int>(values.size()), terms) << e.prompt;
+      ASSERT_EQ(e.answer, running_sum_answer(values)) << e.prompt;
+      EXPECT_NO_THROW(CharTokenizer().encode_prompt(e.prompt + e.answer));
+      length += static_cast<double>(e.answer.size());
+    }
+    length /= static_cast<double>(task.train().size());
+    EXPECT_GT(length, lo) << terms << " terms";
+    EXPECT_LT(length, hi) << terms << " terms";
+  }
+}
+
+TEST(RunningSumTask, SplitsAreDeterministicDisjointAndDistinct) {
+  RunningSumTaskConfig c = config_with(2, 2);
+  c.term_digits = 1;  // 100 possible prompts: collisions are certain without the rejection
+  c.val_size = 30, c.train_size = 300;
+  const RunningSumTask a(c), b(c);
+  std::set<std::string> val;
+  for (const Example& e : a.validation()) val.insert(e.prompt);
+  EXPECT_EQ(val.size(), a.validation().size());
+  for (size_t i = 0; i < a.train().size(); ++i) {
+    EXPECT_FALSE(val.contains(a.train()[i].prompt)) << a.train()[i].prompt;
+    EXPECT_EQ(a.train()[i].prompt, b.train()[i].prompt);
+  }
+}
+
+TEST(RunningSumTask, BadConfigsAreRefusedNamingTheField) {
+  auto error_of = [](const RunningSumTaskConfig& c) -> std::string {
+    try {
+      RunningSumTask task(c);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_THAT(error_of(config_with(9, 4)), HasSubstr("min_terms <= max_terms"));
+  RunningSumTaskConfig digits = config_with(2, 3);
+  digits.term_digits = 5;
+  EXPECT_THAT(error_of(digits), HasSubstr("term_digits 5"));
+  RunningSumTaskConfig tiny = config_with(2, 2);
+  tiny.term_digits = 1, tiny.val_size = 101;  // only 100 prompts exist
+  EXPECT_THAT(error_of(tiny), HasSubstr("lower val_size"));
+}
+
+}  // namespace
+}  // namespace fp8rl
