@@ -424,19 +424,21 @@ void run_kernels_bench(const BenchOptions& options) {
     std::vector<Case> cases = {
         {"gemm_fp32",
          [&](const GemmOptions& o) {
-           gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, c.data(), s.N, false, o);
+           gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, c.data(), s.N, /*accumulate=*/false, o);
          }},
         {"gemm_bf16",
          [&](const GemmOptions& o) {
-           gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, c.data(), s.N, false, o);
+           gemm_nt_bf16(s.M, s.N, s.K, ah.data(), s.K, bh.data(), s.K, c.data(), s.N, /*accumulate=*/false, o);
          }},
-        {"gemm_fp8", [&](const GemmOptions& o) { gemm_nt_fp8(x.rowwise, w.rowwise, c.data(), s.N, false, o); }},
+        {"gemm_fp8",
+         [&](const GemmOptions& o) { gemm_nt_fp8(x.rowwise, w.rowwise, c.data(), s.N, /*accumulate=*/false, o); }},
     };
     if (cube) {  // dgrad dX[M,K] = dY W; wgrad dW[N,K] = dY^T X (shapes equal at M = N = K)
-      cases.push_back({"gemm_fp8_dgrad",
-                       [&](const GemmOptions& o) { gemm_nt_fp8(g.rowwise, *w.columnwise, c.data(), s.K, false, o); }});
+      cases.push_back({"gemm_fp8_dgrad", [&](const GemmOptions& o) {
+                         gemm_nt_fp8(g.rowwise, *w.columnwise, c.data(), s.K, /*accumulate=*/false, o);
+                       }});
       cases.push_back({"gemm_fp8_wgrad", [&](const GemmOptions& o) {
-                         gemm_nt_fp8(*g.columnwise, *x.columnwise, c.data(), s.K, false, o);
+                         gemm_nt_fp8(*g.columnwise, *x.columnwise, c.data(), s.K, /*accumulate=*/false, o);
                        }});
     }
     for (const Case& cs : cases)

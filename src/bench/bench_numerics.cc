@@ -46,8 +46,8 @@ void run_numerics_bench(const BenchOptions& options) {
   std::vector<uint8_t> codes(static_cast<size_t>(n));
   std::vector<bf16_t> halves(static_cast<size_t>(n));
   Tensor y(DType::kF32, Shape{rows, cols});
-  QuantizedTensor q_rows(ScalingMode::kRows1x128, rows, cols, ScaleFormat::kFp32, false);
-  QuantizedTensor q_blocks(ScalingMode::kBlocks128x128, rows, cols, ScaleFormat::kFp32, false);
+  QuantizedTensor q_rows(ScalingMode::kRows1x128, rows, cols, ScaleFormat::kFp32, /*with_columnwise=*/false);
+  QuantizedTensor q_blocks(ScalingMode::kBlocks128x128, rows, cols, ScaleFormat::kFp32, /*with_columnwise=*/false);
   // The training step's activations and gradients: 1x128 rows and the column-wise copy together.
   QuantizedTensor q_both(ScalingMode::kRows1x128, rows, cols, ScaleFormat::kFp32, /*with_columnwise=*/true);
   quantize_into(x.view(), q_blocks);

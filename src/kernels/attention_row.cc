@@ -56,11 +56,11 @@ void queries_kv_portable(const AttentionQuery* queries, int num_queries, const A
   for (int i = 0; i < num_queries; ++i) {
     const AttentionQuery& a = queries[i];
     if constexpr (kBf16) {
-      attention_row_bf16(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false),
-                         scratch.data());
+      attention_row_bf16(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(/*key=*/true),
+                         loader(/*key=*/false), scratch.data());
     } else {
-      attention_row(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(true), loader(false),
-                    scratch.data());
+      attention_row(a.out, a.probs, a.q, a.len, D, score_scale, value_scale, loader(/*key=*/true),
+                    loader(/*key=*/false), scratch.data());
     }
   }
 }

@@ -108,8 +108,8 @@ GemmBackend make_backend(const char* name, bool blockwise) {
 }  // namespace
 
 const GemmBackend& gemm_backend_portable(DType type) {
-  static const GemmBackend plain = make_backend("portable", false);
-  static const GemmBackend blockwise = make_backend("portable-fp8", true);
+  static const GemmBackend plain = make_backend("portable", /*blockwise=*/false);
+  static const GemmBackend blockwise = make_backend("portable-fp8", /*blockwise=*/true);
   return type == DType::kE4M3 ? blockwise : plain;
 }
 

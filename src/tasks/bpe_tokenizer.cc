@@ -106,7 +106,7 @@ class TokenizerFile {
 
  private:
   static std::string short_dump(const json& j) {
-    std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
+    std::string s = j.dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace);
     return s.size() > 200 ? s.substr(0, 200) + "..." : s;
   }
 
@@ -344,10 +344,10 @@ std::vector<int32_t> BpeTokenizer::merge_bytes(std::string_view piece) const {
   for (int32_t i = 0; i < n; ++i) {
     const int32_t id = byte_ids_[static_cast<unsigned char>(piece[i])];
     FP8RL_REQUIRE(id >= 0,
-                "tokenizer: byte 0x{:02X} of pre-token {} has no token (the vocabulary lacks it and "
-                "neither byte_fallback nor unk_token covers it)",
-                static_cast<unsigned char>(piece[i]),
-                json(std::string(piece)).dump(-1, ' ', false, json::error_handler_t::replace));
+                  "tokenizer: byte 0x{:02X} of pre-token {} has no token (the vocabulary lacks it and "
+                  "neither byte_fallback nor unk_token covers it)",
+                  static_cast<unsigned char>(piece[i]),
+                  json(std::string(piece)).dump(-1, ' ', /*ensure_ascii=*/false, json::error_handler_t::replace));
     symbols[i] = {id, i - 1, i + 1 < n ? i + 1 : -1};
   }
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
