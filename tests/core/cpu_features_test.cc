@@ -65,8 +65,9 @@ TEST(IsaDispatch, MissingLevelsFallBackDownTheOrder) {
   // pick resolves first: kAuto is the CPU's best level (within FP8RL_ISA).
   EXPECT_EQ(at(every, resolve_isa(Isa::kAuto)), std::string(pick(every, Isa::kAuto)));
   EXPECT_EQ("portable", std::string(pick(every, Isa::kPortable)));
-  if (!cpu_features().has_amx_kernels())
+  if (!cpu_features().has_amx_kernels()) {
     EXPECT_NE(testing::error_message([&] { pick(every, Isa::kAmx); }).find("AMX kernels requested"), std::string::npos);
+  }
 }
 
 }  // namespace
