@@ -2,20 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <unordered_set>
 
 #include "core/check.h"
 #include "core/rng.h"
 #include "io/config.h"
+#include "tasks/task_splits.h"
 
 namespace fp8rl {
 namespace {
-
-constexpr uint64_t kValidationStream = 1;
-constexpr uint64_t kTrainStream = 2;
-// Draws allowed per requested example before giving up (only reachable when a split needs most
-// of a small problem space; the size check in the constructor keeps that rare).
-constexpr int64_t kDrawsPerExample = 200;
 
 uint64_t pow10(int d) {
   uint64_t p = 1;
@@ -101,22 +95,11 @@ ArithmeticTask::ArithmeticTask(const ArithmeticTaskConfig& config) : config_(con
                              "more operand digits or operators",
                              c.val_size, possible));
 
-  std::unordered_set<std::string> val_prompts;
-  RandomStream val_rng(c.seed, kValidationStream);
-  for (int64_t draws = 0; static_cast<int64_t>(validation_.size()) < c.val_size; ++draws) {
-    if (draws > kDrawsPerExample * c.val_size)
-      config_error(fmt::format("could not draw {} distinct validation prompts; lower val_size", c.val_size));
-    Example e = draw_example(val_rng, c);
-    if (val_prompts.insert(e.prompt).second) validation_.push_back(std::move(e));
-  }
-  RandomStream train_rng(c.seed, kTrainStream);
-  train_.reserve(static_cast<size_t>(c.train_size));
-  for (int64_t draws = 0; static_cast<int64_t>(train_.size()) < c.train_size; ++draws) {
-    if (draws > kDrawsPerExample * c.train_size)
-      config_error("could not draw train prompts outside the validation split; lower val_size");
-    Example e = draw_example(train_rng, c);
-    if (!val_prompts.contains(e.prompt)) train_.push_back(std::move(e));
-  }
+  TaskSplits splits = draw_task_splits(
+      c.seed, c.train_size, c.val_size, [&c](RandomStream& rng) { return draw_example(rng, c); },
+      "arithmetic task config");
+  train_ = std::move(splits.train);
+  validation_ = std::move(splits.validation);
 }
 
 }  // namespace fp8rl

@@ -2,18 +2,14 @@
 
 #include <fmt/format.h>
 
-#include <unordered_set>
 
 #include "core/check.h"
 #include "core/rng.h"
 #include "io/config.h"
+#include "tasks/task_splits.h"
 
 namespace fp8rl {
 namespace {
-
-constexpr uint64_t kValidationStream = 1;
-constexpr uint64_t kTrainStream = 2;
-constexpr int64_t kDrawsPerExample = 200;  // as the arithmetic task: only small spaces reach it
 
 Example draw_example(RandomStream& rng, const RunningSumTaskConfig& c) {
   const int terms = c.min_terms + static_cast<int>(rng.next_below(static_cast<uint32_t>(c.max_terms - c.min_terms + 1)));
@@ -79,22 +75,11 @@ RunningSumTask::RunningSumTask(const RunningSumTaskConfig& c) {
   if (c.term_digits < 1 || c.term_digits > 4) config_error(fmt::format("term_digits {} is not in 1..4", c.term_digits));
   if (c.train_size < 0 || c.val_size < 0)
     config_error(fmt::format("train_size ({}) and val_size ({}) must be >= 0", c.train_size, c.val_size));
-  std::unordered_set<std::string> val_prompts;
-  RandomStream val_rng(c.seed, kValidationStream);
-  for (int64_t draws = 0; static_cast<int64_t>(validation_.size()) < c.val_size; ++draws) {
-    if (draws > kDrawsPerExample * c.val_size)
-      config_error(fmt::format("could not draw {} distinct validation prompts; lower val_size", c.val_size));
-    Example e = draw_example(val_rng, c);
-    if (val_prompts.insert(e.prompt).second) validation_.push_back(std::move(e));
-  }
-  RandomStream train_rng(c.seed, kTrainStream);
-  train_.reserve(static_cast<size_t>(c.train_size));
-  for (int64_t draws = 0; static_cast<int64_t>(train_.size()) < c.train_size; ++draws) {
-    if (draws > kDrawsPerExample * c.train_size)
-      config_error("could not draw train prompts outside the validation split; lower val_size");
-    Example e = draw_example(train_rng, c);
-    if (!val_prompts.contains(e.prompt)) train_.push_back(std::move(e));
-  }
+  TaskSplits splits = draw_task_splits(
+      c.seed, c.train_size, c.val_size, [&c](RandomStream& rng) { return draw_example(rng, c); },
+      "running_sum task config");
+  train_ = std::move(splits.train);
+  validation_ = std::move(splits.validation);
 }
 
 }  // namespace fp8rl
