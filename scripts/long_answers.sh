@@ -27,7 +27,7 @@ fi
 
 # The long-answer settings on top of each preset's recipe: the running-sum task of the warm start,
 # 16 prompts x 8 samples per step, answers of up to 256 tokens.
-long=(model.checkpoint="$sft/checkpoint" model.max_seq_len=320 task.name=running_sum
+long=(model.checkpoint="$sft/checkpoint" model.max_seq_len=336 task.name=running_sum
       task.running_sum.min_terms=12 task.running_sum.max_terms=24 task.running_sum.term_digits=1 task.running_sum.train_size=50000
       task.running_sum.val_size=200 generation.max_new_tokens=256 grpo.num_prompts_per_step=16
       grpo.num_generations_per_prompt=8 policy.train_global_batch_size=128 policy.train_micro_batch_size=64

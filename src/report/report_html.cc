@@ -147,16 +147,17 @@ std::string summary_table(const std::vector<RunGroup>& groups, const std::vector
   std::string html =
       "<div class=\"table\"><table class=\"summary\">\n<tr><th>preset</th><th>runs</th><th>precision<br>policy / gen. "
       "/ KV</th><th>final val "
-      "accuracy<br>mean (min..max)</th><th>reward<br>first 5 &rarr; last 5 steps</th><th>mean<br>token_mult_prob_error"
+      "accuracy<br>mean &plusmn; 95 % interval (min..max)</th><th>reward<br>first 5 &rarr; last 5 steps</th><th>mean<br>token_mult_prob_error"
       "</th><th>mean<br>gen_kl_error</th><th>mean<br>is_oob_ratio</th><th>mean<br>step s</th></tr>\n";
   for (size_t g = 0; g < summaries.size(); ++g) {
     const GroupSummary& s = summaries[g];
     const Spread& val = s.final_val_accuracy;
     html += fmt::format(
-        "<tr><td class=\"preset\">{}{}</td><td>{}</td><td>{}</td><td>{} ({}..{})</td><td>{} &rarr; {}</td><td>{}</td>"
+        "<tr><td class=\"preset\">{}{}</td><td>{}</td><td>{}</td><td>{} &plusmn; {} ({}..{})</td><td>{} &rarr; {}</td>"
+        "<td>{}</td>"
         "<td>{}</td><td>{}</td><td>{}</td></tr>\n",
         swatch(kPresetColors[g % kPresetColors.size()]), escape_html(s.preset), s.num_runs, escape_html(s.precision),
-        number(val.mean, 3), number(val.min, 3), number(val.max, 3), number(s.reward_first, 3),
+        number(val.mean, 3), number(val.ci95, 3), number(val.min, 3), number(val.max, 3), number(s.reward_first, 3),
         number(s.reward_last, 3), number(s.token_mult_prob_error, 5), number_g(s.gen_kl_error),
         number(s.is_oob_ratio, 4), number(s.step_seconds, 3));
   }
@@ -169,6 +170,23 @@ std::string summary_table(const std::vector<RunGroup>& groups, const std::vector
                         escape_html(g.preset), keys);
   }
   return html;
+}
+
+// Each pair of presets' difference in final validation accuracy with its 95 % interval (Welch).
+std::string difference_table(const std::vector<GroupSummary>& summaries) {
+  const std::vector<AccuracyDifference> differences = final_accuracy_differences(summaries);
+  if (differences.empty()) return "";
+  std::string html =
+      "<div class=\"table\"><table class=\"summary\">\n<tr><th>a</th><th>b</th><th>final val accuracy a &minus; b"
+      "</th><th>95 % interval (Welch)</th></tr>\n";
+  for (const AccuracyDifference& d : differences) {
+    html += fmt::format("<tr><td class=\"preset\">{}</td><td class=\"preset\">{}</td><td>{}</td><td>{}</td></tr>\n",
+                        escape_html(d.a), escape_html(d.b), number(d.difference, 3),
+                        std::isfinite(d.ci95) ? fmt::format("{} .. {}", number(d.difference - d.ci95, 3),
+                                                            number(d.difference + d.ci95, 3))
+                                              : std::string("&ndash; (fewer than two runs)"));
+  }
+  return html + "</table></div>\n";
 }
 
 // Mean seconds per step of each timing key and its share of the step, per preset.
@@ -271,6 +289,7 @@ std::string render_report_html(const std::vector<RunMetrics>& runs) {
       "are grouped by <code>run.name</code>. Charts drawn with uPlot, all inline.</p>\n";
   html += warning_list(runs);
   html += "<h2>Summary</h2>\n" + summary_table(groups, summaries);
+  if (summaries.size() > 1) html += "<h3>Differences in final validation accuracy</h3>\n" + difference_table(summaries);
   html += "<h2>Curves</h2>\n" + legend(groups) + "<div class=\"grid\" id=\"line-charts\"></div>\n";
   html += "<h2>Step time split</h2>\n" + time_table(summaries, time_keys) + timing_legend(time_keys) +
           "<div class=\"grid\" id=\"time-charts\"></div>\n";

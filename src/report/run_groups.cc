@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include "report/intervals.h"
+
 namespace fp8rl::report {
 
 namespace {
@@ -50,7 +52,7 @@ double last_finite(const RunMetrics& run, const std::string& metric) {
 }
 
 Spread spread(const std::vector<double>& per_run) {
-  Spread s{finite_mean(per_run), kNaN, kNaN};
+  Spread s{finite_mean(per_run), mean_interval(per_run).half_width, kNaN, kNaN};
   for (double x : per_run) {
     if (!std::isfinite(x)) continue;
     s.min = std::isfinite(s.min) ? std::min(s.min, x) : x;
@@ -133,7 +135,8 @@ GroupSummary summarize_group(const RunGroup& group) {
     for (const RunMetrics* run : group.runs) v.push_back(per_run(*run));
     return v;
   };
-  s.final_val_accuracy = spread(over_runs([](const RunMetrics& r) { return last_finite(r, "val_accuracy"); }));
+  s.final_val_accuracy_per_run = over_runs([](const RunMetrics& r) { return last_finite(r, "val_accuracy"); });
+  s.final_val_accuracy = spread(s.final_val_accuracy_per_run);
   s.reward_first = finite_mean(over_runs([](const RunMetrics& r) { return run_mean(r, "reward_mean", 5); }));
   s.reward_last = finite_mean(over_runs([](const RunMetrics& r) { return run_mean(r, "reward_mean", -5); }));
   s.token_mult_prob_error =
@@ -149,6 +152,18 @@ GroupSummary summarize_group(const RunGroup& group) {
   s.step_seconds = finite_mean(over_runs([](const RunMetrics& r) { return run_mean(r, "timing.total"); }));
   if (!std::isfinite(s.step_seconds) && !s.time_split.empty()) s.step_seconds = parts;
   return s;
+}
+
+std::vector<AccuracyDifference> final_accuracy_differences(const std::vector<GroupSummary>& summaries) {
+  std::vector<AccuracyDifference> out;
+  for (size_t i = 0; i < summaries.size(); ++i) {
+    for (size_t j = i + 1; j < summaries.size(); ++j) {
+      const Interval d =
+          welch_difference(summaries[i].final_val_accuracy_per_run, summaries[j].final_val_accuracy_per_run);
+      out.push_back({summaries[i].preset, summaries[j].preset, d.value, d.half_width});
+    }
+  }
+  return out;
 }
 
 }  // namespace fp8rl::report

@@ -26,9 +26,10 @@ struct RunGroup {
 std::string run_preset(const RunMetrics& run);
 std::vector<RunGroup> group_runs_by_preset(const std::vector<RunMetrics>& runs);
 
-// Mean, minimum and maximum over the runs of a group (NaN where no run has the figure).
+// Mean, the half-width of its 95 % interval (report/intervals.h; NaN with fewer than two runs),
+// minimum and maximum over the runs of a group (NaN where no run has the figure).
 struct Spread {
-  double mean, min, max;
+  double mean, ci95, min, max;
 };
 
 struct GroupSummary {
@@ -36,6 +37,7 @@ struct GroupSummary {
   int num_runs = 0;
   std::string precision;             // policy / generation / KV cache: "fp8 / fp8 / bf16" (config)
   Spread final_val_accuracy;         // the last val_accuracy of each run
+  std::vector<double> final_val_accuracy_per_run;  // in the group's run order (for differences)
   double reward_first = 0;           // mean reward_mean of each run's first five steps, averaged over runs
   double reward_last = 0;            // the same over the last five steps
   double token_mult_prob_error = 0;  // per-run means over steps, averaged over runs
@@ -47,6 +49,14 @@ struct GroupSummary {
 };
 
 GroupSummary summarize_group(const RunGroup& group);
+
+// The difference in final validation accuracy between two presets, a minus b, with Welch's 95 %
+// interval (report/intervals.h), for every pair of groups a before b in the given order.
+struct AccuracyDifference {
+  std::string a, b;
+  double difference, ci95;
+};
+std::vector<AccuracyDifference> final_accuracy_differences(const std::vector<GroupSummary>& summaries);
 
 // The timing keys ("generation", "logprobs", ...) that any of the runs has, without "total", in
 // the order first seen.

@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "rl/dist/data_parallel.h"
+#include "rl/model_source.h"
 
 namespace fp8rl {
 
@@ -50,18 +51,28 @@ std::vector<std::vector<int32_t>> greedy_continue(Transformer& model, const std:
   return out;
 }
 
+std::vector<std::vector<int32_t>> encode_validation_prompts(const Task& task, const Tokenizer& tokenizer,
+                                                            int64_t max_examples, int64_t max_new_tokens,
+                                                            int64_t max_seq_len) {
+  const auto& val = task.validation();
+  const std::vector<Example> first(val.begin(), val.begin() + std::min<int64_t>(max_examples, std::ssize(val)));
+  return encode_prompts(tokenizer, first, max_new_tokens, max_seq_len, "validation");
+}
+
 double greedy_validation_accuracy(Transformer& model, const Task& task, const Tokenizer& tokenizer,
                                   int64_t max_examples, int64_t max_new_tokens, int64_t batch_size,
                                   const dist::Communicator& comm) {
   const auto& val = task.validation();
   const int64_t n = std::min<int64_t>(max_examples, static_cast<int64_t>(val.size()));
   FP8RL_CHECK(n > 0, "task '{}' has no validation examples", task.name());
+  const std::vector<std::vector<int32_t>> encoded =
+      encode_validation_prompts(task, tokenizer, n, max_new_tokens, model.config().max_seq_len);
   const int64_t batches = (n + batch_size - 1) / batch_size;
   std::vector<double> mine;  // this rank's batches' rewards, in order
   for (int64_t b = comm.rank(); b < batches; b += comm.size()) {
     const int64_t i0 = b * batch_size, i1 = std::min(n, i0 + batch_size);
     std::vector<std::vector<int32_t>> prompts;
-    for (int64_t i = i0; i < i1; ++i) prompts.push_back(tokenizer.encode_prompt(val[static_cast<size_t>(i)].prompt));
+    for (int64_t i = i0; i < i1; ++i) prompts.push_back(encoded[static_cast<size_t>(i)]);
     const auto out = greedy_continue(model, prompts, max_new_tokens, tokenizer.eos(), tokenizer.pad());
     for (size_t j = 0; j < out.size(); ++j)
       mine.push_back(task.reward(val[static_cast<size_t>(i0) + j], tokenizer.decode_response(out[j])));

@@ -48,6 +48,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
                 "training example {} needs {} tokens (prompt, answer, end), more than the model's max_seq_len {}", i, n,
                 model.config().max_seq_len);
   }
+  encode_validation_prompts(*task, tok, config.val_max_examples, config.max_new_tokens, model.config().max_seq_len);
   const dist::Communicator& comm = dist::world();
   // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
   AdamW optimizer(model.layout(), config.adam, dist::optimizer_range(model.num_params(), comm.rank(), comm.size()));

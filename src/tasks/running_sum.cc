@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "core/check.h"
 #include "core/rng.h"
 #include "io/config.h"
@@ -11,17 +10,18 @@
 namespace fp8rl {
 namespace {
 
+void check_term_count(const std::vector<int64_t>& terms, std::string_view what) {
+  FP8RL_CHECK(terms.size() >= 2 && terms.size() <= kRunningSumKeys.size(), "{}: {} terms (2..{})", what,
+              terms.size(), kRunningSumKeys.size());
+}
+
 Example draw_example(RandomStream& rng, const RunningSumTaskConfig& c) {
   const int terms = c.min_terms + static_cast<int>(rng.next_below(static_cast<uint32_t>(c.max_terms - c.min_terms + 1)));
   uint32_t bound = 1;
   for (int d = 0; d < c.term_digits; ++d) bound *= 10;
   std::vector<int64_t> values(static_cast<size_t>(terms));
-  std::string prompt;
-  for (int i = 0; i < terms; ++i) {
-    values[static_cast<size_t>(i)] = rng.next_below(bound);
-    prompt += fmt::format("{}{}", i ? "+" : "", values[static_cast<size_t>(i)]);
-  }
-  return Example{prompt + "=", running_sum_answer(values)};
+  for (int64_t& value : values) value = rng.next_below(bound);
+  return Example{running_sum_prompt(values), running_sum_answer(values)};
 }
 
 [[noreturn]] void config_error(std::string_view message) {
@@ -39,21 +39,28 @@ std::string_view leading_digits(std::string_view s) {
 
 void bind_running_sum_task_config(ConfigSchema& schema, const std::string& prefix, RunningSumTaskConfig& config) {
   const RunningSumTaskConfig d;
-  schema.add(prefix + ".min_terms", &config.min_terms, d.min_terms, "fewest numbers to add").range(2, 400);
+  schema.add(prefix + ".min_terms", &config.min_terms, d.min_terms, "fewest numbers to add").range(2, kRunningSumMaxTerms);
   schema.add(prefix + ".max_terms", &config.max_terms, d.max_terms, "most numbers to add (the answer-length dial)")
-      .range(2, 400);
+      .range(2, kRunningSumMaxTerms);
   schema.add(prefix + ".term_digits", &config.term_digits, d.term_digits, "digits of each number, at most").range(1, 4);
   schema.add(prefix + ".seed", &config.seed, d.seed, "seed of the train and validation splits");
   schema.add(prefix + ".train_size", &config.train_size, d.train_size, "train prompts").at_least(0);
   schema.add(prefix + ".val_size", &config.val_size, d.val_size, "validation prompts (distinct)").at_least(0);
 }
 
+std::string running_sum_prompt(const std::vector<int64_t>& terms) {
+  check_term_count(terms, "running_sum_prompt");
+  std::string prompt;
+  for (size_t i = 0; i < terms.size(); ++i) prompt += fmt::format("{}{}{}", i ? "+" : "", kRunningSumKeys[i], terms[i]);
+  return prompt + "=";
+}
+
 std::string running_sum_answer(const std::vector<int64_t>& terms) {
-  FP8RL_CHECK(terms.size() >= 2, "running_sum_answer: {} terms (at least 2)", terms.size());
+  check_term_count(terms, "running_sum_answer");
   std::string answer;
-  int64_t total = terms[0];
-  for (size_t i = 1; i < terms.size(); ++i) {
-    answer += fmt::format("{}+{}={} ", total, terms[i], total + terms[i]);
+  int64_t total = 0;
+  for (size_t i = 0; i < terms.size(); ++i) {
+    answer += fmt::format("{}+{}{}={} ", total, kRunningSumKeys[i], terms[i], total + terms[i]);
     total += terms[i];
   }
   return answer + fmt::format("#{}", total);
@@ -69,9 +76,10 @@ double running_sum_reward(const Example& example, std::string_view response) {
 }
 
 RunningSumTask::RunningSumTask(const RunningSumTaskConfig& c) {
-  if (c.min_terms < 2 || c.max_terms > 400 || c.min_terms > c.max_terms)
-    config_error(fmt::format("terms must satisfy 2 <= min_terms <= max_terms <= 400, got min {} and max {}",
-                             c.min_terms, c.max_terms));
+  if (c.min_terms < 2 || c.max_terms > kRunningSumMaxTerms || c.min_terms > c.max_terms)
+    config_error(fmt::format("terms must satisfy 2 <= min_terms <= max_terms <= {} (one key a..z, A..Z per term), got "
+                             "min {} and max {}",
+                             kRunningSumMaxTerms, c.min_terms, c.max_terms));
   if (c.term_digits < 1 || c.term_digits > 4) config_error(fmt::format("term_digits {} is not in 1..4", c.term_digits));
   if (c.train_size < 0 || c.val_size < 0)
     config_error(fmt::format("train_size ({}) and val_size ({}) must be >= 0", c.train_size, c.val_size));

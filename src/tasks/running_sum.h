@@ -1,16 +1,21 @@
-// The built-in long-answer task: add up a list of numbers, writing out every addition.
+// The built-in long-answer task: add up a list of keyed numbers, writing out every addition.
 //
-//   prompt  "12+7+30+5="
-//   answer  "12+7=19 19+30=49 49+5=54 #54"   (each step: the running total, '+', the next term,
-//                                           '=', the new total; then '#' and the sum)
+//   prompt  "a12+b7+c30+d5="
+//   answer  "0+a12=12 12+b7=19 19+c30=49 49+d5=54 #54"   (each step: the running total, '+', the
+//                                                      next key and term, '=', the new total;
+//                                                      then '#' and the sum)
 //
-// Each step's operands are written right before its result, so the arithmetic is local; what the
-// model must keep is its place in the prompt's list. The response's length is the dial: K terms
-// give K - 1 steps of about 2 * (term_digits + log10(K)) + 3 characters (tokens, with the
-// character vocabulary), e.g. 12-24 one-digit terms answer in 80-220 tokens. K is drawn uniformly
-// from [min_terms, max_terms] per example, each term uniformly from [0, 10^term_digits). One
-// wrong step is carried through every later total: the task rewards keeping a long computation
-// exact, which is where a generator that rounds differently from its trainer can drift.
+// Each term carries a key (a..z, then A..Z), and each step writes the key before the term, so the
+// next term is found by its key (the letter after the previous step's) rather than by counting
+// places in the prompt's list; the step's operands stand right before its result, so the
+// arithmetic is local. (Without keys, a 3.2 M-parameter model learned every addition but lost its
+// place in the list: docs/results.md, "Long answers".) The response's length is the dial: K terms
+// give K steps of about 2 * (term_digits + log10(K)) + 4 characters (tokens, with the character
+// vocabulary), e.g. 12-24 one-digit terms answer in 100-230 tokens. K is drawn uniformly from
+// [min_terms, max_terms] per example (at most 52, the number of keys), each term uniformly from
+// [0, 10^term_digits). One wrong step is carried through every later total: the task rewards
+// keeping a long computation exact, which is where a generator that rounds differently from its
+// trainer can drift.
 //
 // Reward rule (`running_sum_reward`): 1 if the response holds a '#' and the leading digits after
 // its last '#' equal the sum exactly, else 0. The working is not scored (only the final answer
@@ -31,9 +36,13 @@ namespace fp8rl {
 
 class ConfigSchema;
 
+// The keys of the terms, in order: one per term, so at most 52 terms.
+inline constexpr std::string_view kRunningSumKeys = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+inline constexpr int kRunningSumMaxTerms = static_cast<int>(kRunningSumKeys.size());
+
 struct RunningSumTaskConfig {
-  int min_terms = 8;    // 2..400
-  int max_terms = 16;   // min_terms..400
+  int min_terms = 8;    // 2..kRunningSumMaxTerms
+  int max_terms = 16;   // min_terms..kRunningSumMaxTerms
   int term_digits = 2;  // 1..4
   uint64_t seed = 1;
   int64_t train_size = 20000;
@@ -43,7 +52,11 @@ struct RunningSumTaskConfig {
 // Registers the fields under `prefix` (e.g. "task.running_sum"); the constructor checks min <= max.
 void bind_running_sum_task_config(ConfigSchema& schema, const std::string& prefix, RunningSumTaskConfig& config);
 
-// The answer of the prompt's terms: "a+b=c " for each step, then "#" and the sum.
+// The prompt of the terms: "a12+b7+c30+d5=" (at most kRunningSumMaxTerms terms).
+std::string running_sum_prompt(const std::vector<int64_t>& terms);
+
+// The answer of the prompt's terms: "total+<key><term>=<new total> " for each term, starting from
+// a total of 0, then "#" and the sum.
 std::string running_sum_answer(const std::vector<int64_t>& terms);
 
 // 1.0 if the leading digits after the response's last '#' equal the digits after the answer's '#'.

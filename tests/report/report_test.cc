@@ -171,6 +171,9 @@ TEST(RunGroups, GroupsByPresetAndSummarizesLikeTheResultsTable) {
   EXPECT_NEAR(s.final_val_accuracy.mean, (0.8 + 0.75) / 2, 1e-12);
   EXPECT_NEAR(s.final_val_accuracy.min, 0.75, 1e-12);
   EXPECT_NEAR(s.final_val_accuracy.max, 0.8, 1e-12);
+  // s = 0.05 / sqrt(2), se = 0.025, t_{0.975,1} = 12.706.
+  EXPECT_NEAR(s.final_val_accuracy.ci95, 12.706 * 0.025, 1e-12);
+  EXPECT_EQ(s.final_val_accuracy_per_run.size(), 2u);
   EXPECT_NEAR(s.reward_first, 0.4 + 0.03 + 0.1, 1e-12);                       // steps 1..5 of both
   EXPECT_NEAR(s.reward_last, 0.4 + 0.1 + (0.01 * 18 + 0.01 * 8) / 2, 1e-12);  // steps 16..20 and 6..10
   EXPECT_NEAR(s.is_oob_ratio, 0.001, 1e-12);
@@ -197,7 +200,8 @@ TEST(ReportHtml, IsSelfContainedWithTheSummaryChartsDataAndConfigs) {
   EXPECT_THAT(html, HasSubstr("uPlot"));                         // the library, inline
   EXPECT_THAT(html, HasSubstr("id=\"report-data\""));            // the data, inline
   EXPECT_THAT(html, HasSubstr("<th>kv_calibration<br>s (share)</th>"));
-  EXPECT_THAT(html, HasSubstr("0.650 (0.650..0.650)"));  // bf16's final val accuracy
+  EXPECT_THAT(html, HasSubstr("0.650 &plusmn; &ndash; (0.650..0.650)"));  // bf16's final val accuracy (one run)
+  EXPECT_THAT(html, HasSubstr("<td>-0.100</td><td>&ndash; (fewer than two runs)</td>"));  // bf16 - kv
   EXPECT_THAT(html, HasSubstr("<details><summary><b>kv-seed1</b>"));
   EXPECT_THAT(html, HasSubstr("name: &quot;grpo-fp8-e2e-kv&quot;"));  // the config, escaped
   // Nothing is fetched when the page is viewed.

@@ -1,12 +1,16 @@
 // SFT end to end on a tiny model and a toy task (answer = the prompt reversed): the loss falls
 // and greedy decoding with the trainer reproduces the answers.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "core/check.h"
 #include "core/rng.h"
 #include "rl/evaluate.h"
 #include "rl/sft.h"
+#include "tasks/char_tokenizer.h"
+#include "tasks/running_sum.h"
 
 namespace fp8rl {
 namespace {
@@ -26,6 +30,23 @@ std::vector<SftExample> reverse_task(int n, uint64_t seed) {
     out.push_back(e);
   }
   return out;
+}
+
+TEST(Sft, ValidationPromptsThatCannotFitFailBeforeAnyDecoding) {
+  RunningSumTaskConfig c;
+  c.min_terms = c.max_terms = 10, c.term_digits = 1, c.train_size = 4, c.val_size = 4;
+  const RunningSumTask task(c);
+  const CharTokenizer tok;
+  // Every prompt is bos + 30 characters: 31 tokens + 33 new tokens = 64 fits, 34 does not.
+  EXPECT_EQ(encode_validation_prompts(task, tok, 4, 33, 64).size(), 4u);
+  EXPECT_EQ(encode_validation_prompts(task, tok, 2, 33, 64).size(), 2u);
+  try {
+    encode_validation_prompts(task, tok, 4, 34, 64);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("validation example 0"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("generation.max_new_tokens 34 exceed the model's max_seq_len 64"));
+  }
 }
 
 TEST(Sft, BatchScoresOnlyAnswerAndEos) {

@@ -20,14 +20,23 @@ RunningSumTaskConfig config_with(int min_terms, int max_terms) {
   return c;
 }
 
-TEST(RunningSumTask, AnswerWritesEveryAdditionThenTheSum) {
-  EXPECT_EQ(running_sum_answer({12, 7, 30, 5}), "12+7=19 19+30=49 49+5=54 #54");
-  EXPECT_EQ(running_sum_answer({0, 0}), "0+0=0 #0");
+TEST(RunningSumTask, PromptKeysEveryTermAndTheAnswerWritesEveryAddition) {
+  EXPECT_EQ(running_sum_prompt({12, 7, 30, 5}), "a12+b7+c30+d5=");
+  EXPECT_EQ(running_sum_answer({12, 7, 30, 5}), "0+a12=12 12+b7=19 19+c30=49 49+d5=54 #54");
+  EXPECT_EQ(running_sum_answer({0, 0}), "0+a0=0 0+b0=0 #0");
+  // Keys run a..z, then A..Z.
+  const std::vector<int64_t> many(kRunningSumMaxTerms, 1);
+  EXPECT_THAT(running_sum_prompt(many), ::testing::StartsWith("a1+b1+"));
+  EXPECT_THAT(running_sum_prompt(many), ::testing::EndsWith("+z1+A1+B1+"
+                                                            "C1+D1+E1+F1+G1+H1+I1+J1+K1+L1+M1+N1+O1+P1+Q1+R1+S1+T1+U1+V1+"
+                                                            "W1+X1+Y1+Z1="));
+  EXPECT_THAT(running_sum_answer(many), ::testing::EndsWith("51+Z1=52 #52"));
+  EXPECT_THROW(running_sum_answer(std::vector<int64_t>(kRunningSumMaxTerms + 1, 1)), Error);
 }
 
 TEST(RunningSumTask, RewardScoresTheDigitsAfterTheLastHashOnly) {
-  const Example e{"12+7+30+5=", "12+7=19 19+30=49 49+5=54 #54"};
-  EXPECT_EQ(running_sum_reward(e, "12+7=19 19+30=49 49+5=54 #54"), 1.0);
+  const Example e{"a12+b7+c30+d5=", "0+a12=12 12+b7=19 19+c30=49 49+d5=54 #54"};
+  EXPECT_EQ(running_sum_reward(e, "0+a12=12 12+b7=19 19+c30=49 49+d5=54 #54"), 1.0);
   EXPECT_EQ(running_sum_reward(e, "19 48 53 #54"), 1.0);   // the working is not scored
   EXPECT_EQ(running_sum_reward(e, "#53 #54 and more"), 1.0);  // the last '#' counts
   EXPECT_EQ(running_sum_reward(e, "19 49 54 #540"), 0.0);
@@ -38,16 +47,17 @@ TEST(RunningSumTask, RewardScoresTheDigitsAfterTheLastHashOnly) {
 }
 
 TEST(RunningSumTask, ExamplesAreConsistentAndTheLengthFollowsTheTermCount) {
-  for (const auto& [terms, lo, hi] : {std::tuple{8, 60, 110}, std::tuple{40, 400, 560}}) {
+  for (const auto& [terms, lo, hi] : {std::tuple{8, 80, 130}, std::tuple{40, 440, 600}}) {
     const RunningSumTask task(config_with(terms, terms));
     double length = 0;
     for (const Example& e : task.train()) {
-      // Re-derive the answer from the prompt's terms.
+      // Re-derive the answer from the prompt's terms, checking their keys.
       std::vector<int64_t> values;
       size_t at = 0;
       while (at < e.prompt.size() - 1) {
+        ASSERT_EQ(e.prompt[at], kRunningSumKeys[values.size()]) << e.prompt;
         const size_t end = e.prompt.find_first_of("+=", at);
-        values.push_back(std::stoll(e.prompt.substr(at, end - at)));
+        values.push_back(std::stoll(e.prompt.substr(at + 1, end - at - 1)));
         at = end + 1;
       }
       ASSERT_EQ(static_cast<int>(values.size()), terms) << e.prompt;
@@ -85,6 +95,7 @@ TEST(RunningSumTask, BadConfigsAreRefusedNamingTheField) {
     return "";
   };
   EXPECT_THAT(error_of(config_with(9, 4)), HasSubstr("min_terms <= max_terms"));
+  EXPECT_THAT(error_of(config_with(2, 53)), HasSubstr("max_terms <= 52 (one key a..z, A..Z per term)"));
   RunningSumTaskConfig digits = config_with(2, 3);
   digits.term_digits = 5;
   EXPECT_THAT(error_of(digits), HasSubstr("term_digits 5"));
