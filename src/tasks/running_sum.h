@@ -9,7 +9,8 @@
 // next term is found by its key (the letter after the previous step's) rather than by counting
 // places in the prompt's list; the step's operands stand right before its result, so the
 // arithmetic is local. (Without keys, a 3.2 M-parameter model learned every addition but lost its
-// place in the list: docs/results.md, "Long answers".) The response's length is the dial: K terms
+// place in the list; with them the lookup is possible by content, but still has to be learned:
+// docs/results.md, "Long answers".) The response's length is the dial: K terms
 // give K steps of about 2 * (term_digits + log10(K)) + 4 characters (tokens, with the character
 // vocabulary), e.g. 12-24 one-digit terms answer in 100-230 tokens. K is drawn uniformly from
 // [min_terms, max_terms] per example (at most 52, the number of keys), each term uniformly from

@@ -16,8 +16,8 @@ pass() { echo "ok: $1"; }
 fail() { echo "FAIL: $1"; failures=$((failures + 1)); }
 
 task=(model.preset=tiny model.max_seq_len=128 task.name=running_sum task.running_sum.min_terms=4
-      task.running_sum.max_terms=12 task.running_sum.term_digits=1 task.running_sum.train_size=500
-      task.running_sum.val_size=8 eval.max_examples=8 generation.max_new_tokens=40)
+      task.running_sum.max_terms=8 task.running_sum.term_digits=1 task.running_sum.train_size=500
+      task.running_sum.val_size=8 eval.max_examples=8 generation.max_new_tokens=64)
 "$bin" sft "$src/recipes/sft-running-sum.yaml" "${task[@]}" sft.max_num_steps=20 sft.val_period=0 \
   logger.log_dir="$work/sft" > /dev/null
 grpo=("${task[@]}" model.checkpoint="$work/sft/checkpoint" grpo.num_prompts_per_step=2 grpo.num_generations_per_prompt=4
