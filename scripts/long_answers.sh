@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The long-answer study (docs/results.md, "Long answers"): the SFT warm start on the running-sum
-# task (recipes/sft-running-sum.yaml, if missing), then GRPO from it with the four precision
-# presets plus FP8 generation without importance-sampling correction, SEEDS seeds each, then the
+# task (recipes/sft-running-sum.yaml, then recipes/sft-running-sum-continue.yaml, if missing),
+# then GRPO from it with the four precision presets plus FP8 generation without
+# importance-sampling correction, SEEDS seeds each, then the
 # summary table and the report page (docs/long-answers.html; its "token_mult_prob_error by
 # response length" chart shows the mismatch against answer length).
 #
@@ -18,12 +19,16 @@ shift $(( $# > 2 ? 2 : $# ))
 presets=("$@")
 [ ${#presets[@]} -gt 0 ] || presets=(bf16 fp8-gen fp8-gen-no-is fp8-e2e fp8-e2e-kv)
 
-sft=runs/sft-running-sum
-if [ ! -f "$sft/checkpoint/model.safetensors" ] ||
-   ! cmp -s <(build/fp8rl config recipes/sft-running-sum.yaml) "$sft/config.yaml"; then
-  rm -rf "$sft"
-  build/fp8rl sft recipes/sft-running-sum.yaml
-fi
+# The warm start in two stages (docs/results.md, "Long answers"), each made again if missing or if
+# its recipe changed.
+for stage in sft-running-sum sft-running-sum-continue; do
+  if [ ! -f "runs/$stage/checkpoint/model.safetensors" ] ||
+     ! cmp -s <(build/fp8rl config "recipes/$stage.yaml") "runs/$stage/config.yaml"; then
+    rm -rf "runs/$stage"
+    build/fp8rl sft "recipes/$stage.yaml"
+  fi
+done
+sft=runs/sft-running-sum-continue
 
 # The long-answer settings on top of each preset's recipe: the running-sum task of the warm start,
 # 16 prompts x 8 samples per step, answers of up to 256 tokens.
