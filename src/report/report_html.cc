@@ -147,7 +147,8 @@ std::string summary_table(const std::vector<RunGroup>& groups, const std::vector
   std::string html =
       "<div class=\"table\"><table class=\"summary\">\n<tr><th>preset</th><th>runs</th><th>precision<br>policy / gen. "
       "/ KV</th><th>final val "
-      "accuracy<br>mean &plusmn; 95 % interval (min..max)</th><th>reward<br>first 5 &rarr; last 5 steps</th><th>mean<br>token_mult_prob_error"
+      "accuracy<br>mean &plusmn; 95 % interval (min..max)</th><th>reward<br>first 5 &rarr; last 5 "
+      "steps</th><th>mean<br>token_mult_prob_error"
       "</th><th>mean<br>gen_kl_error</th><th>mean<br>is_oob_ratio</th><th>mean<br>step s</th></tr>\n";
   for (size_t g = 0; g < summaries.size(); ++g) {
     const GroupSummary& s = summaries[g];

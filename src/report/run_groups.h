@@ -35,8 +35,8 @@ struct Spread {
 struct GroupSummary {
   std::string preset;
   int num_runs = 0;
-  std::string precision;             // policy / generation / KV cache: "fp8 / fp8 / bf16" (config)
-  Spread final_val_accuracy;         // the last val_accuracy of each run
+  std::string precision;                           // policy / generation / KV cache: "fp8 / fp8 / bf16" (config)
+  Spread final_val_accuracy;                       // the last val_accuracy of each run
   std::vector<double> final_val_accuracy_per_run;  // in the group's run order (for differences)
   double reward_first = 0;           // mean reward_mean of each run's first five steps, averaged over runs
   double reward_last = 0;            // the same over the last five steps

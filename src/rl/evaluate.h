@@ -8,8 +8,8 @@
 
 #include "model/transformer.h"
 #include "rl/dist/communicator.h"
-#include "tasks/tokenizer.h"
 #include "tasks/task.h"
+#include "tasks/tokenizer.h"
 
 namespace fp8rl {
 

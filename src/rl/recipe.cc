@@ -84,7 +84,8 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
 
   s.add_enum("task.name", &c.task, TaskKind::kArithmetic,
              {{"arithmetic", TaskKind::kArithmetic}, {"running_sum", TaskKind::kRunningSum}, {"jsonl", TaskKind::kJsonl}},
-             "task: arithmetic (short answers), running_sum (long answers: every running total of keyed terms), jsonl (a dataset)");
+             "task: arithmetic (short answers), running_sum (long answers: every running total of keyed terms), "
+             "jsonl (a dataset)");
   s.add("task.jsonl.train_path", &c.jsonl.train_path, "", "JSONL file of {prompt, answer} lines (task.name: jsonl)");
   s.add("task.jsonl.validation_path", &c.jsonl.validation_path, "", "JSONL validation file (task.name: jsonl)");
   s.add("task.jsonl.prompt_key", &c.jsonl.prompt_key, "prompt", "field of a JSONL line holding the prompt");

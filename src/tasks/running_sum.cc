@@ -11,12 +11,13 @@ namespace fp8rl {
 namespace {
 
 void check_term_count(const std::vector<int64_t>& terms, std::string_view what) {
-  FP8RL_CHECK(terms.size() >= 2 && terms.size() <= kRunningSumKeys.size(), "{}: {} terms (2..{})", what,
-              terms.size(), kRunningSumKeys.size());
+  FP8RL_CHECK(terms.size() >= 2 && terms.size() <= kRunningSumKeys.size(), "{}: {} terms (2..{})", what, terms.size(),
+              kRunningSumKeys.size());
 }
 
 Example draw_example(RandomStream& rng, const RunningSumTaskConfig& c) {
-  const int terms = c.min_terms + static_cast<int>(rng.next_below(static_cast<uint32_t>(c.max_terms - c.min_terms + 1)));
+  const int terms =
+      c.min_terms + static_cast<int>(rng.next_below(static_cast<uint32_t>(c.max_terms - c.min_terms + 1)));
   uint32_t bound = 1;
   for (int d = 0; d < c.term_digits; ++d) bound *= 10;
   std::vector<int64_t> values(static_cast<size_t>(terms));
@@ -39,7 +40,8 @@ std::string_view leading_digits(std::string_view s) {
 
 void bind_running_sum_task_config(ConfigSchema& schema, const std::string& prefix, RunningSumTaskConfig& config) {
   const RunningSumTaskConfig d;
-  schema.add(prefix + ".min_terms", &config.min_terms, d.min_terms, "fewest numbers to add").range(2, kRunningSumMaxTerms);
+  schema.add(prefix + ".min_terms", &config.min_terms, d.min_terms, "fewest numbers to add")
+      .range(2, kRunningSumMaxTerms);
   schema.add(prefix + ".max_terms", &config.max_terms, d.max_terms, "most numbers to add (the answer-length dial)")
       .range(2, kRunningSumMaxTerms);
   schema.add(prefix + ".term_digits", &config.term_digits, d.term_digits, "digits of each number, at most").range(1, 4);
@@ -77,9 +79,10 @@ double running_sum_reward(const Example& example, std::string_view response) {
 
 RunningSumTask::RunningSumTask(const RunningSumTaskConfig& c) {
   if (c.min_terms < 2 || c.max_terms > kRunningSumMaxTerms || c.min_terms > c.max_terms)
-    config_error(fmt::format("terms must satisfy 2 <= min_terms <= max_terms <= {} (one key a..z, A..Z per term), got "
-                             "min {} and max {}",
-                             kRunningSumMaxTerms, c.min_terms, c.max_terms));
+    config_error(
+        fmt::format("terms must satisfy 2 <= min_terms <= max_terms <= {} (one key a..z, A..Z per term), got "
+                    "min {} and max {}",
+                    kRunningSumMaxTerms, c.min_terms, c.max_terms));
   if (c.term_digits < 1 || c.term_digits > 4) config_error(fmt::format("term_digits {} is not in 1..4", c.term_digits));
   if (c.train_size < 0 || c.val_size < 0)
     config_error(fmt::format("train_size ({}) and val_size ({}) must be >= 0", c.train_size, c.val_size));

@@ -27,9 +27,10 @@ TEST(RunningSumTask, PromptKeysEveryTermAndTheAnswerWritesEveryAddition) {
   // Keys run a..z, then A..Z.
   const std::vector<int64_t> many(kRunningSumMaxTerms, 1);
   EXPECT_THAT(running_sum_prompt(many), ::testing::StartsWith("a1+b1+"));
-  EXPECT_THAT(running_sum_prompt(many), ::testing::EndsWith("+z1+A1+B1+"
-                                                            "C1+D1+E1+F1+G1+H1+I1+J1+K1+L1+M1+N1+O1+P1+Q1+R1+S1+T1+U1+V1+"
-                                                            "W1+X1+Y1+Z1="));
+  EXPECT_THAT(running_sum_prompt(many),
+              ::testing::EndsWith("+z1+A1+B1+"
+                                  "C1+D1+E1+F1+G1+H1+I1+J1+K1+L1+M1+N1+O1+P1+Q1+R1+S1+T1+U1+V1+"
+                                  "W1+X1+Y1+Z1="));
   EXPECT_THAT(running_sum_answer(many), ::testing::EndsWith("51+Z1=52 #52"));
   EXPECT_THROW(running_sum_answer(std::vector<int64_t>(kRunningSumMaxTerms + 1, 1)), Error);
 }
@@ -37,7 +38,7 @@ TEST(RunningSumTask, PromptKeysEveryTermAndTheAnswerWritesEveryAddition) {
 TEST(RunningSumTask, RewardScoresTheDigitsAfterTheLastHashOnly) {
   const Example e{"a12+b7+c30+d5=", "0+a12=12 12+b7=19 19+c30=49 49+d5=54 #54"};
   EXPECT_EQ(running_sum_reward(e, "0+a12=12 12+b7=19 19+c30=49 49+d5=54 #54"), 1.0);
-  EXPECT_EQ(running_sum_reward(e, "19 48 53 #54"), 1.0);   // the working is not scored
+  EXPECT_EQ(running_sum_reward(e, "19 48 53 #54"), 1.0);      // the working is not scored
   EXPECT_EQ(running_sum_reward(e, "#53 #54 and more"), 1.0);  // the last '#' counts
   EXPECT_EQ(running_sum_reward(e, "19 49 54 #540"), 0.0);
   EXPECT_EQ(running_sum_reward(e, "19 49 54 #5"), 0.0);
