@@ -1,0 +1,84 @@
+// The Mixture-of-Experts MLP of a Qwen3-MoE decoder layer, forward next to backward:
+//
+//   logits = h W_router^T                      FP32 (the router is never quantized)
+//   routing = route_tokens(logits)             model/moe_routing.h: top k of E, fixed tie order
+//   y[n] = sum_{j<k} w[n, j] * expert_{e(n, j)}(h[n])    in slot order, FP32, then rounded to BF16
+//                                                         under BF16 activations
+//   expert_e(x) = down_e(silu(gate_e(x)) * up_e(x))     linears in the policy's precision
+//
+// Tokens are grouped by expert (tokens ascending) and each expert runs one GEMM per linear over
+// its tokens. Every kernel on a token's path is row-wise or batch invariant (the router GEMM, the
+// 1x128 activation quantization, the expert GEMMs), so a token's router logits, experts and output
+// do not depend on which other tokens share its batch or expert: the generator and the trainer
+// route every token the same way by construction.
+//
+// Shapes: h, y, dh, dy [N, C]; C d_model, F d_expert (moe_intermediate_size), E experts, k per
+// token.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/aligned_buffer.h"
+#include "model/linear.h"
+#include "model/moe_routing.h"
+#include "model/precision.h"
+
+namespace fp8rl {
+
+struct MoeShape {
+  int64_t d_model = 0;      // C
+  int64_t d_expert = 0;     // F
+  int64_t num_experts = 0;  // E
+  int64_t top_k = 0;        // k
+  bool norm_topk_prob = true;
+};
+
+// Named pointers to one MoE layer's tensors (masters or gradients), HF layout.
+struct MoeWeights {
+  float* router = nullptr;   // [E, C]  mlp.gate.weight
+  std::vector<float*> gate;  // [E] x [F, C]  mlp.experts.{e}.gate_proj.weight
+  std::vector<float*> up;    // [E] x [F, C]  mlp.experts.{e}.up_proj.weight
+  std::vector<float*> down;  // [E] x [C, F]  mlp.experts.{e}.down_proj.weight
+};
+
+// What one forward keeps for its backward (storage reused across calls).
+struct MoeActs {
+  AlignedBuffer<float> logits;  // [N, E]
+  MoeRouting routing;
+  ExpertGroups groups;
+  AlignedBuffer<float> x;        // [N*k, C] the input rows in expert order
+  AlignedBuffer<float> g, u, s;  // [N*k, F]
+  AlignedBuffer<float> out;      // [N*k, C] each expert's output (the combine weights' gradient)
+  LinearCache router;
+  std::vector<LinearCache> gate, up, down;  // [E]
+};
+
+class MoeMlp {
+ public:
+  MoeMlp() = default;
+  // The linears of decoder layer `layer` of `n_layers` with HF names; expert linears take the
+  // policy's precision for their names, the router FP32.
+  MoeMlp(int64_t layer, int64_t n_layers, const MoeShape& shape, const PrecisionPolicy& policy);
+
+  const MoeShape& shape() const { return shape_; }
+  // Remakes every linear's low-precision copy from the masters (kept by pointer for FP32).
+  void refresh_weights(const MoeWeights& masters);
+  // y [N, C] from h [N, C]; `acts` keeps the routing and what backward needs.
+  void forward(float* y, const float* h, int64_t N, MoeActs& acts, bool save_for_backward = true) const;
+  // dh [N, C] (+)= the gradient of h given dy [N, C]; the weight gradients are added to `grads`
+  // (one term per tensor, formed from zero; experts no token chose receive none).
+  void backward(float* dh, bool accumulate_dh, const float* dy, const MoeActs& acts, const MoeWeights& grads) const;
+
+  // The linears in order: router, then per expert gate, up, down.
+  std::vector<const Linear*> linears() const;
+
+ private:
+  MoeShape shape_;
+  bool bf16_activations_ = false;
+  Linear router_;
+  std::vector<Linear> gate_, up_, down_;
+};
+
+}  // namespace fp8rl

@@ -1,0 +1,45 @@
+// The router of a Mixture-of-Experts layer (Qwen3-MoE), forward next to backward: which k of the
+// E experts each token goes to and with what weight. Scalar FP32 code with a fixed order of
+// operations, so that every caller (trainer, generator, any ISA level) routes a token the same way
+// from the same logits.
+//
+//   p      = softmax(logits)                     FP32, exp_f32, sums in expert order
+//   slot j = the j-th largest p, best first      ties: the lower expert index first
+//   w_j    = p_j / sum_{i<k} p_i                 with norm_topk_prob (the sum in slot order),
+//            p_j                                 without
+//
+// Shapes: logits, probs, dlogits [N, E]; expert, weight, dweight [N, k] (row n, slot j).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace fp8rl {
+
+struct MoeRouting {
+  int64_t N = 0, E = 0, k = 0;
+  bool norm_topk_prob = true;
+  std::vector<float> probs;     // [N, E] the router's softmax
+  std::vector<int32_t> expert;  // [N, k] slot j's expert of token n
+  std::vector<float> weight;    // [N, k] its combine weight
+};
+
+// Routes N tokens from their router logits into `out` (its storage reused).
+void route_tokens(const float* logits, int64_t N, int64_t E, int64_t k, bool norm_topk_prob, MoeRouting& out);
+
+// dlogits [N, E] (overwritten): the gradient of the logits given dweight [N, k], the gradient of
+// the combine weights. (The top-k choice is piecewise constant: no gradient flows through it.)
+void route_backward(float* dlogits, const float* dweight, const MoeRouting& routing);
+
+// The (token, slot) pairs of a routing grouped by expert: expert e's pairs are
+// [begin[e], begin[e + 1]), tokens ascending. Each expert then runs once over its tokens.
+struct ExpertGroups {
+  std::vector<int64_t> begin;  // [E + 1]
+  std::vector<int32_t> token;  // [N * k]
+  std::vector<int32_t> slot;   // [N * k]
+  // row_of[n * k + j]: the pair's place in token / slot (where expert row n, slot j is).
+  std::vector<int32_t> row_of;
+};
+void group_by_expert(const MoeRouting& routing, ExpertGroups& out);
+
+}  // namespace fp8rl
