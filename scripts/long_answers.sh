@@ -10,7 +10,10 @@
 # continues with --resume, so the study can be spread over several invocations (the runs are
 # long on a 2-core machine). STOP_AFTER=N ends each invocation of a run after N steps (with a
 # checkpoint); rerun the script to go on. Assumes scripts/build.sh release has run.
-# Usage: scripts/long_answers.sh [SEEDS] [STEPS] [PRESET...]
+# Validation (200 prompts, greedy, through the generator) runs every VAL_PERIOD steps (default 10)
+# and after the last step. The page's screenshot, docs/long-answers.png, is taken where chromium
+# is installed.
+# Usage: [VAL_PERIOD=N] [STOP_AFTER=N] scripts/long_answers.sh [SEEDS] [STEPS] [PRESET...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-5}
@@ -39,7 +42,7 @@ long=(model.checkpoint="$sft/checkpoint" model.max_seq_len=336 task.name=running
       task.running_sum.val_size=200 generation.max_new_tokens=256 grpo.num_prompts_per_step=16
       grpo.num_generations_per_prompt=8 policy.train_global_batch_size=128 policy.train_micro_batch_size=64
       policy.optimizer.lr=0.000005
-      grpo.max_num_steps="$steps" grpo.val_period=20 eval.max_examples=200)
+      grpo.max_num_steps="$steps" grpo.val_period="${VAL_PERIOD:-10}" eval.max_examples=200)
 for preset in "${presets[@]}"; do
   recipe=recipes/grpo-$preset.yaml
   extra=()
@@ -66,3 +69,9 @@ for preset in "${presets[@]}"; do
 done
 python3 tools/summarize_runs.py runs/long-answers/*-seed*
 build/fp8rl report runs/long-answers/*-seed* -o docs/long-answers.html
+if command -v chromium > /dev/null; then
+  profile=$(mktemp -d)
+  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$profile" --window-size=1300,2200 \
+    --virtual-time-budget=5000 --screenshot="$PWD/docs/long-answers.png" "file://$PWD/docs/long-answers.html" 2> /dev/null
+  rm -rf "$profile"
+fi
