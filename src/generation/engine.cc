@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <tuple>
 
 #include "core/check.h"
 #include "core/thread_pool.h"
@@ -53,11 +54,27 @@ GenerationEngine::GenerationEngine(const ModelConfig& config, const PrecisionPol
                                 {F, C},               {F, C},               {C, F}};
   layers_.resize(static_cast<size_t>(config_.n_layers));
   for (int64_t l = 0; l < config_.n_layers; ++l) {
-    for (int i = 0; i < 7; ++i) {
-      EngineLinear& lin = layers_[static_cast<size_t>(l)].lin[i];
+    EngineLayer& layer = layers_[static_cast<size_t>(l)];
+    layer.moe = config_.is_moe_layer(l);
+    for (int i = 0; i < (layer.moe ? 4 : 7); ++i) {
+      EngineLinear& lin = layer.lin[i];
       lin.precision = policy_.linear_precision(l, config_.n_layers, layer_param_name(l, kLinearNames[i]));
       lin.N = shapes[i][0];
       lin.K = shapes[i][1];
+    }
+    if (!layer.moe) continue;
+    layer.router.precision = Precision::kF32;  // never quantized (model/moe.h)
+    layer.router.N = config_.num_experts, layer.router.K = C;
+    const int64_t FE = config_.d_expert;
+    for (int64_t x = 0; x < config_.num_experts; ++x) {
+      for (auto [list, proj, n, k] :
+           {std::tuple{&layer.expert_gate, "gate_proj", FE, C}, std::tuple{&layer.expert_up, "up_proj", FE, C},
+            std::tuple{&layer.expert_down, "down_proj", C, FE}}) {
+        EngineLinear lin;
+        lin.precision = policy_.linear_precision(l, config_.n_layers, expert_param_name(l, x, proj));
+        lin.N = n, lin.K = k;
+        list->push_back(std::move(lin));
+      }
     }
   }
   lm_head_.precision = policy_.fp32_lm_head ? Precision::kF32 : Precision::kBF16;
@@ -138,7 +155,18 @@ void GenerationEngine::update_weights(const GeneratorWeightSource& src) {
       copy_floats(e.k_norm, s.k_norm, D);
     }
     const LinearWeightSource* lins[7] = {&s.q, &s.k, &s.v, &s.o, &s.gate, &s.up, &s.down};
-    for (int i = 0; i < 7; ++i) load_linear(e.lin[i], *lins[i], e.lin[i].N, e.lin[i].K);
+    for (int i = 0; i < (e.moe ? 4 : 7); ++i) load_linear(e.lin[i], *lins[i], e.lin[i].N, e.lin[i].K);
+    if (!e.moe) continue;
+    const size_t E = static_cast<size_t>(config_.num_experts);
+    FP8RL_CHECK(s.expert_gate.size() == E && s.expert_up.size() == E && s.expert_down.size() == E,
+                "generator weights: MoE layer {} has {} experts in the refit source, expected {}", l,
+                s.expert_gate.size(), E);
+    load_linear(e.router, s.router, e.router.N, e.router.K);
+    for (size_t x = 0; x < E; ++x) {
+      load_linear(e.expert_gate[x], s.expert_gate[x], e.expert_gate[x].N, e.expert_gate[x].K);
+      load_linear(e.expert_up[x], s.expert_up[x], e.expert_up[x].N, e.expert_up[x].K);
+      load_linear(e.expert_down[x], s.expert_down[x], e.expert_down[x].N, e.expert_down[x].K);
+    }
   }
   copy_floats(final_norm_, src.final_norm, C);
   load_linear(lm_head_, src.lm_head, lm_head_.N, lm_head_.K);
@@ -149,9 +177,16 @@ void GenerationEngine::update_weights(const GeneratorWeightSource& src) {
 
 void GenerationEngine::release_memory() {
   kv_.release_memory();
-  for (EngineLayer& layer : layers_)
-    for (EngineLinear& lin : layer.lin) lin.packed = PackedGemvWeights{}, lin.own_bf16 = {}, lin.own_fp8 = {}, lin.f32 = {};
-  lm_head_.packed = PackedGemvWeights{}, lm_head_.own_bf16 = {}, lm_head_.own_fp8 = {}, lm_head_.f32 = {};
+  auto release = [](EngineLinear& lin) {
+    lin.packed = PackedGemvWeights{}, lin.own_bf16 = {}, lin.own_fp8 = {}, lin.f32 = {};
+  };
+  for (EngineLayer& layer : layers_) {
+    for (EngineLinear& lin : layer.lin) release(lin);
+    release(layer.router);
+    for (auto* list : {&layer.expert_gate, &layer.expert_up, &layer.expert_down})
+      for (EngineLinear& lin : *list) release(lin);
+  }
+  release(lm_head_);
   own_embed_ = {};
   embed_ = nullptr;
   scratch_ = {};
@@ -310,9 +345,13 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
     round_bf16(x.data(), R * C);
     rmsnorm_forward(h.data(), rstd.data(), x.data(), e.mlp_norm.data(), R, C, config_.norm_eps,
                     /*round_output_bf16=*/true);
-    linears_forward({{&e.lin[kGate], g.data()}, {&e.lin[kUp], u.data()}}, h.data(), R, /*round_bf16=*/true);
-    swiglu_forward(s.data(), g.data(), u.data(), R * F, /*round_output_bf16=*/true);
-    linears_forward({{&e.lin[kDown], tmp.data()}}, s.data(), R, /*round_bf16=*/true);
+    if (e.moe) {
+      moe_forward(e, h.data(), tmp.data(), R);
+    } else {
+      linears_forward({{&e.lin[kGate], g.data()}, {&e.lin[kUp], u.data()}}, h.data(), R, /*round_bf16=*/true);
+      swiglu_forward(s.data(), g.data(), u.data(), R * F, /*round_output_bf16=*/true);
+      linears_forward({{&e.lin[kDown], tmp.data()}}, s.data(), R, /*round_bf16=*/true);
+    }
     for (int64_t i = 0; i < R * C; ++i) x[static_cast<size_t>(i)] += tmp[static_cast<size_t>(i)];
     round_bf16(x.data(), R * C);
   }
@@ -331,6 +370,30 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
   rmsnorm_forward(h.data(), rstd.data(), x.data(), final_norm_.data(), L, C, config_.norm_eps);
   if (!policy_.fp32_lm_head) round_bf16(h.data(), L * C);
   linears_forward({{&lm_head_, logits}}, h.data(), L, /*round_bf16=*/false);
+}
+
+void GenerationEngine::moe_forward(const EngineLayer& e, const float* h, float* y, int64_t R) {
+  const int64_t C = config_.d_model, F = config_.d_expert, E = config_.num_experts, k = config_.experts_per_token;
+  Scratch& m = scratch_;
+  m.moe_logits.resize(static_cast<size_t>(R * E));
+  linears_forward({{&e.router, m.moe_logits.data()}}, h, R, /*round_bf16=*/false);
+  route_tokens(m.moe_logits.data(), R, E, k, config_.norm_topk_prob, m.routing);
+  group_by_expert(m.routing, m.groups);
+  for (auto [buf, width] : {std::pair{&m.moe_x, C}, std::pair{&m.moe_g, F}, std::pair{&m.moe_u, F},
+                            std::pair{&m.moe_s, F}, std::pair{&m.moe_out, C}})
+    buf->resize(static_cast<size_t>(R * k * width));
+  gather_expert_inputs(m.moe_x.data(), h, m.groups, C);
+  for (int64_t x = 0; x < E; ++x) {
+    const int64_t r0 = m.groups.begin[static_cast<size_t>(x)], M = m.groups.begin[static_cast<size_t>(x + 1)] - r0;
+    if (M == 0) continue;
+    const size_t i = static_cast<size_t>(x);
+    float *g = m.moe_g.data() + r0 * F, *u = m.moe_u.data() + r0 * F, *s = m.moe_s.data() + r0 * F;
+    linears_forward({{&e.expert_gate[i], g}, {&e.expert_up[i], u}}, m.moe_x.data() + r0 * C, M, /*round_bf16=*/true);
+    swiglu_forward(s, g, u, M * F, /*round_output_bf16=*/true);
+    linears_forward({{&e.expert_down[i], m.moe_out.data() + r0 * C}}, s, M, /*round_bf16=*/true);
+  }
+  combine_expert_outputs(y, m.moe_out.data(), m.routing, m.groups, C);
+  round_bf16(y, R * C);
 }
 
 std::vector<float> GenerationEngine::prompt_logits(const std::vector<int32_t>& tokens) {

@@ -17,8 +17,12 @@
 // otherwise it waits for running samples to finish (GenerationStats::kv_waited counts it). A
 // sequence is never cut short for lack of KV memory; one that cannot fit even alone is an error.
 //
-// Uses the architecture and precision-policy types of model/ (config.h, precision.h), never the
-// trainer itself.
+// Mixture-of-Experts layers route with the trainer's router code (model/moe_routing.h: FP32
+// logits, softmax, top-k with a fixed tie order, the FP32 combine in slot order) over router
+// logits that are the trainer's bit for bit, so every token goes to the trainer's experts.
+//
+// Uses the architecture and precision-policy types of model/ (config.h, precision.h,
+// moe_routing.h), never the trainer itself.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +33,7 @@
 #include "generation/sampling.h"
 #include "kernels/gemv.h"
 #include "model/config.h"
+#include "model/moe_routing.h"
 #include "model/precision.h"
 #include "numerics/quantized_tensor.h"
 
@@ -46,11 +51,15 @@ struct LinearWeightSource {
 };
 
 struct LayerWeightSource {
-  const float* attn_norm = nullptr;  // [C]
-  const float* mlp_norm = nullptr;   // [C]
-  const float* q_norm = nullptr;     // [D] (q/k-norm models)
-  const float* k_norm = nullptr;     // [D]
-  LinearWeightSource q, k, v, o, gate, up, down;
+  const float* attn_norm = nullptr;               // [C]
+  const float* mlp_norm = nullptr;                // [C]
+  const float* q_norm = nullptr;                  // [D] (q/k-norm models)
+  const float* k_norm = nullptr;                  // [D]
+  LinearWeightSource q, k, v, o, gate, up, down;  // gate, up, down: a dense MLP's
+  // An MoE layer's MLP instead (config.is_moe_layer): the router [E, C] (FP32) and each expert's
+  // linears.
+  LinearWeightSource router;
+  std::vector<LinearWeightSource> expert_gate, expert_up, expert_down;  // [E]
 };
 
 struct GeneratorWeightSource {
@@ -151,7 +160,10 @@ class GenerationEngine {
   };
   struct EngineLayer {
     AlignedBuffer<float> attn_norm, mlp_norm, q_norm, k_norm;
-    EngineLinear lin[7];  // q k v o gate up down
+    EngineLinear lin[7];  // q k v o gate up down (gate, up, down unused in an MoE layer)
+    bool moe = false;
+    EngineLinear router;  // an MoE layer's
+    std::vector<EngineLinear> expert_gate, expert_up, expert_down;
   };
   // One token row of a forward: the sequence it belongs to and its position.
   struct Row {
@@ -177,6 +189,9 @@ class GenerationEngine {
   // given, the logits [logit_rows.size(), V] of the rows listed in `logit_rows` (all R rows when
   // it is empty): a prefill needs only its prompts' last rows.
   void forward_rows(const std::vector<Row>& rows, float* logits, const std::vector<int64_t>& logit_rows = {});
+  // y [R, C] = an MoE layer's MLP of h [R, C] (BF16-valued), rounded to BF16, as the trainer's
+  // MoeMlp::forward computes it.
+  void moe_forward(const EngineLayer& e, const float* h, float* y, int64_t R);
 
   ModelConfig config_;
   PrecisionPolicy policy_;
@@ -195,6 +210,9 @@ class GenerationEngine {
   struct Scratch {
     std::vector<float> x, h, tmp, q, k, v, att, qn, kn, rstd, g, u, s;
     std::vector<int32_t> positions;
+    std::vector<float> moe_logits, moe_x, moe_g, moe_u, moe_s, moe_out;  // MoE layers
+    MoeRouting routing;
+    ExpertGroups groups;
   } scratch_;
 };
 

@@ -19,6 +19,23 @@ void ModelConfig::validate() const {
   // As an FP32 number (1e306 in a config.json reads as infinity): the norms add it to a mean square.
   FP8RL_REQUIRE(norm_eps > 0 && norm_eps <= 1, "model config: norm_eps (rms_norm_eps) must be in (0, 1], got {}",
                 norm_eps);
+  FP8RL_REQUIRE(num_experts >= 0, "model config: num_experts must be >= 0, got {}", num_experts);
+  if (!is_moe()) return;
+  FP8RL_REQUIRE(experts_per_token >= 1 && experts_per_token <= num_experts,
+                "model config: experts_per_token (num_experts_per_tok) must be 1 to num_experts ({}), got {}",
+                num_experts, experts_per_token);
+  FP8RL_REQUIRE(d_expert > 0, "model config: d_expert (moe_intermediate_size) must be > 0, got {}", d_expert);
+  FP8RL_REQUIRE(decoder_sparse_step >= 1, "model config: decoder_sparse_step must be >= 1, got {}",
+                decoder_sparse_step);
+  for (int64_t l : mlp_only_layers)
+    FP8RL_REQUIRE(l >= 0 && l < n_layers, "model config: mlp_only_layers has {}, outside the {} layers", l, n_layers);
+}
+
+bool ModelConfig::is_moe_layer(int64_t layer) const {
+  if (!is_moe() || (layer + 1) % decoder_sparse_step != 0) return false;
+  for (int64_t l : mlp_only_layers)
+    if (l == layer) return false;
+  return true;
 }
 
 ModelConfig model_preset(std::string_view name, int64_t vocab_size) {
@@ -40,6 +57,13 @@ ModelConfig model_preset(std::string_view name, int64_t vocab_size) {
     // streams them from DRAM. Training it would need ~12 GB of FP32 masters and AdamW state.
     c.d_model = 2048, c.n_layers = 16, c.n_heads = 16, c.n_kv_heads = 8, c.head_dim = 128, c.d_ff = 5632;
     c.max_seq_len = 2048;
+  } else if (name == "tiny-moe" || name == "small-moe") {
+    // tiny and small as Qwen3-MoE: q/k-norm and an MoE MLP in every layer, 8 experts of a third
+    // of d_ff, 2 per token (so a token's MLP costs two thirds of the dense one's).
+    c = model_preset(name == "tiny-moe" ? "tiny" : "small", vocab_size);
+    c.preset = std::string(name);
+    c.num_experts = 8, c.experts_per_token = 2, c.d_expert = c.d_ff / 3;
+    c.qk_norm = true;  // Qwen3-MoE's
   } else if (name == "qwen3-0.6b") {
     // Qwen3-0.6B's shapes (its config.json), with its vocabulary whatever the tokenizer: random
     // weights of a real model's size, for benchmarks and memory tests (596 M parameters).

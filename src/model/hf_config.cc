@@ -15,8 +15,21 @@ namespace fs = std::filesystem;
 
 nlohmann::json hf_config_json(const ModelConfig& c, const nlohmann::json& base) {
   nlohmann::json j = base.is_object() ? base : nlohmann::json::object();
-  j["architectures"] = {c.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = c.qk_norm ? "qwen3" : "llama";
+  FP8RL_REQUIRE(!c.is_moe() || c.qk_norm,
+                "an MoE model is written as Qwen3-MoE, which has q/k-norm; this one (preset '{}') has none", c.preset);
+  j["architectures"] = {c.is_moe() ? "Qwen3MoeForCausalLM" : c.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = c.is_moe() ? "qwen3_moe" : c.qk_norm ? "qwen3" : "llama";
+  for (const char* key : {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
+                          "decoder_sparse_step", "mlp_only_layers"})
+    j.erase(key);
+  if (c.is_moe()) {
+    j["num_experts"] = c.num_experts;
+    j["num_experts_per_tok"] = c.experts_per_token;
+    j["moe_intermediate_size"] = c.d_expert;
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["decoder_sparse_step"] = c.decoder_sparse_step;
+    j["mlp_only_layers"] = c.mlp_only_layers;
+  }
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.d_model;
   j["intermediate_size"] = c.d_ff;
@@ -73,14 +86,17 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
   };
 
   const std::string model_type = text("model_type", "llama");
-  FP8RL_REQUIRE(model_type == "llama" || model_type == "qwen3",
-              "{}: model_type '{}' is not supported (fp8rl implements llama and qwen3)", source, model_type);
+  FP8RL_REQUIRE(model_type == "llama" || model_type == "qwen3" || model_type == "qwen3_moe",
+                "{}: model_type '{}' is not supported (fp8rl implements llama, qwen3 and qwen3_moe)", source,
+                model_type);
   if (j.contains("architectures")) {
     const nlohmann::json& a = j["architectures"];
     FP8RL_REQUIRE(a.is_array() && a.size() == 1 && a[0].is_string(),
                 "{}: key 'architectures' must be a list of one name, got {}", source, a.dump());
     const std::string arch = a[0].get<std::string>();
-    const char* expected = model_type == "qwen3" ? "Qwen3ForCausalLM" : "LlamaForCausalLM";
+    const char* expected = model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                           : model_type == "qwen3"   ? "Qwen3ForCausalLM"
+                                                     : "LlamaForCausalLM";
     FP8RL_REQUIRE(arch == expected, "{}: architecture '{}' is not supported with model_type '{}' (expected {})", source,
                 arch, model_type, expected);
   }
@@ -115,7 +131,35 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
   c.norm_eps = static_cast<float>(number(j, "rms_norm_eps"));
   c.rope_theta = j.contains("rope_theta") ? number(j, "rope_theta") : 10000.0;
   c.tie_embeddings = flag("tie_word_embeddings", false);
-  c.qk_norm = model_type == "qwen3";
+  c.qk_norm = model_type == "qwen3" || model_type == "qwen3_moe";
+  if (model_type == "qwen3_moe") {
+    // Qwen3-MoE (HF's Qwen3MoeConfig; its defaults where a key is absent). Shared experts (Qwen2-MoE)
+    // are not part of it and are refused.
+    c.num_experts = size("num_experts", 4096);
+    c.experts_per_token = size("num_experts_per_tok", 4096);
+    c.d_expert = size("moe_intermediate_size", int64_t{1} << 18);
+    c.norm_topk_prob = flag("norm_topk_prob", false);
+    c.decoder_sparse_step = j.contains("decoder_sparse_step") ? size("decoder_sparse_step", 1024) : 1;
+    for (const char* key : {"shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"})
+      FP8RL_REQUIRE(!j.contains(key) || j[key].is_null() || j[key] == 0,
+                    "{}: key '{}' (shared experts) is not supported: fp8rl implements Qwen3-MoE, which has none",
+                    source, key);
+    if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+      const nlohmann::json& m = j["mlp_only_layers"];
+      FP8RL_REQUIRE(m.is_array(), "{}: key 'mlp_only_layers' must be a list of layer indices, got {}", source,
+                    m.dump());
+      for (const nlohmann::json& l : m) {
+        FP8RL_REQUIRE(l.is_number_integer(), "{}: key 'mlp_only_layers' must hold integers, got {}", source, l.dump());
+        c.mlp_only_layers.push_back(l.get<int64_t>());
+      }
+    }
+  } else {
+    for (const char* key : {"num_experts", "num_local_experts", "n_routed_experts"})
+      FP8RL_REQUIRE(!j.contains(key) || j[key].is_null() || j[key] == 0,
+                    "{}: key '{}' describes experts, but model_type '{}' is dense (Mixture of Experts is supported as "
+                    "model_type qwen3_moe)",
+                    source, key, model_type);
+  }
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const nlohmann::json& rs = j["rope_scaling"];
     FP8RL_REQUIRE(rs.is_object(), "{}: key 'rope_scaling' must be an object or null, got {}", source, rs.dump());

@@ -142,9 +142,12 @@ std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, co
     if (consumed || ends_with(name, "rotary_emb.inv_freq")) continue;
     if (name == "lm_head.weight" && config.tie_embeddings) continue;
     FP8RL_REQUIRE(false,
-                "safetensors file '{}': tensor '{}' has no place in this {} (config.json); fp8rl's Llama / Qwen3 "
-                "models have no biases and no other parameters",
-                w.find(name)->path().string(), name, config.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM");
+                  "safetensors file '{}': tensor '{}' has no place in this {} (config.json); fp8rl's Llama / Qwen3 / "
+                  "Qwen3-MoE models have no biases and no other parameters",
+                  w.find(name)->path().string(), name,
+                  config.is_moe()  ? "Qwen3MoeForCausalLM"
+                  : config.qk_norm ? "Qwen3ForCausalLM"
+                                   : "LlamaForCausalLM");
   }
   return plan;
 }

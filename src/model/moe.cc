@@ -14,31 +14,42 @@ namespace {
 void ensure(AlignedBuffer<float>& buf, int64_t n) {
   if (buf.size() < static_cast<size_t>(n)) buf = AlignedBuffer<float>(static_cast<size_t>(n));
 }
-std::string expert_name(int64_t layer, int64_t e, const char* proj) {
-  return layer_param_name(layer, "mlp.experts." + std::to_string(e) + "." + proj + ".weight");
-}
 }  // namespace
 
-MoeMlp::MoeMlp(int64_t layer, int64_t n_layers, const MoeShape& shape, const PrecisionPolicy& policy)
+MoeMlp::MoeMlp(int64_t layer, int64_t n_layers, const MoeShape& shape, const PrecisionPolicy& policy, bool frozen)
     : shape_(shape), bf16_activations_(policy.activations == Precision::kBF16) {
   const int64_t C = shape.d_model, F = shape.d_expert, E = shape.num_experts;
   FP8RL_CHECK(C > 0 && F > 0 && E > 0 && shape.top_k > 0 && shape.top_k <= E,
               "MoE layer {}: d_model {}, d_expert {}, top {} of {} experts", layer, C, F, shape.top_k, E);
-  auto make = [&](std::string name, int64_t n, int64_t k, Precision p) {
-    return Linear(std::move(name), n, k, p, policy.weight_scale_format, policy.activation_scale_format,
-                  bf16_activations_);
+  auto make = [&](std::string name, int64_t n, int64_t k, Precision p, bool round_output) {
+    return frozen ? Linear::frozen(std::move(name), n, k, p, policy.weight_scale_format, policy.activation_scale_format,
+                                   round_output)
+                  : Linear(std::move(name), n, k, p, policy.weight_scale_format, policy.activation_scale_format,
+                           round_output);
   };
   // The router's logits stay FP32 (its output is not rounded): they decide the experts.
-  router_ = Linear(layer_param_name(layer, "mlp.gate.weight"), E, C, Precision::kF32, policy.weight_scale_format,
-                   policy.activation_scale_format, /*round_output_bf16=*/false);
+  router_ = make(layer_param_name(layer, "mlp.gate.weight"), E, C, Precision::kF32, /*round_output=*/false);
   for (int64_t e = 0; e < E; ++e) {
     for (auto [list, proj, n, k] : {std::tuple{&gate_, "gate_proj", F, C}, std::tuple{&up_, "up_proj", F, C},
                                     std::tuple{&down_, "down_proj", C, F}}) {
-      std::string name = expert_name(layer, e, proj);
+      std::string name = expert_param_name(layer, e, proj);
       const Precision p = policy.linear_precision(layer, n_layers, name);
-      list->push_back(make(std::move(name), n, k, p));
+      list->push_back(make(std::move(name), n, k, p, bf16_activations_));
     }
   }
+}
+
+MoeMlp MoeMlp::frozen_copy() const {
+  MoeMlp f;
+  f.shape_ = shape_;
+  f.bf16_activations_ = bf16_activations_;
+  f.router_ = router_.frozen_copy();
+  for (size_t e = 0; e < gate_.size(); ++e) {
+    f.gate_.push_back(gate_[e].frozen_copy());
+    f.up_.push_back(up_[e].frozen_copy());
+    f.down_.push_back(down_[e].frozen_copy());
+  }
+  return f;
 }
 
 void MoeMlp::refresh_weights(const MoeWeights& w) {
@@ -60,9 +71,7 @@ void MoeMlp::forward(float* y, const float* h, int64_t N, MoeActs& a, bool save_
   route_tokens(a.logits.data(), N, E, k, shape_.norm_topk_prob, a.routing);
   group_by_expert(a.routing, a.groups);
   ensure(a.x, R * C), ensure(a.g, R * F), ensure(a.u, R * F), ensure(a.s, R * F), ensure(a.out, R * C);
-  for (int64_t r = 0; r < R; ++r)
-    std::memcpy(a.x.data() + r * C, h + int64_t{a.groups.token[static_cast<size_t>(r)]} * C,
-                sizeof(float) * static_cast<size_t>(C));
+  gather_expert_inputs(a.x.data(), h, a.groups, C);
   a.gate.resize(static_cast<size_t>(E)), a.up.resize(static_cast<size_t>(E)), a.down.resize(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.groups.begin[static_cast<size_t>(e)], M = a.groups.begin[static_cast<size_t>(e + 1)] - r0;
@@ -75,16 +84,7 @@ void MoeMlp::forward(float* y, const float* h, int64_t N, MoeActs& a, bool save_
     swiglu_forward(s, g, u, M * F, bf16_activations_);
     down_[i].forward(a.out.data() + r0 * C, s, M, a.down[i], save_for_backward);
   }
-  // The combine, slot by slot from zero in FP32.
-  for (int64_t n = 0; n < N; ++n) {
-    float* yn = y + n * C;
-    std::memset(yn, 0, sizeof(float) * static_cast<size_t>(C));
-    for (int64_t j = 0; j < k; ++j) {
-      const float w = a.routing.weight[static_cast<size_t>(n * k + j)];
-      const float* o = a.out.data() + int64_t{a.groups.row_of[static_cast<size_t>(n * k + j)]} * C;
-      for (int64_t c = 0; c < C; ++c) yn[c] += w * o[c];
-    }
-  }
+  combine_expert_outputs(y, a.out.data(), a.routing, a.groups, C);
   if (bf16_activations_) bf16_round_f32(y, N * C);
 }
 
@@ -133,6 +133,12 @@ void MoeMlp::backward(float* dh, bool accumulate_dh, const float* dy, const MoeA
 
 std::vector<const Linear*> MoeMlp::linears() const {
   std::vector<const Linear*> out{&router_};
+  for (size_t e = 0; e < gate_.size(); ++e) out.insert(out.end(), {&gate_[e], &up_[e], &down_[e]});
+  return out;
+}
+
+std::vector<Linear*> MoeMlp::linears() {
+  std::vector<Linear*> out{&router_};
   for (size_t e = 0; e < gate_.size(); ++e) out.insert(out.end(), {&gate_[e], &up_[e], &down_[e]});
   return out;
 }

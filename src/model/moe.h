@@ -23,6 +23,7 @@
 #include "core/aligned_buffer.h"
 #include "model/linear.h"
 #include "model/moe_routing.h"
+#include "model/params.h"
 #include "model/precision.h"
 
 namespace fp8rl {
@@ -33,14 +34,6 @@ struct MoeShape {
   int64_t num_experts = 0;  // E
   int64_t top_k = 0;        // k
   bool norm_topk_prob = true;
-};
-
-// Named pointers to one MoE layer's tensors (masters or gradients), HF layout.
-struct MoeWeights {
-  float* router = nullptr;   // [E, C]  mlp.gate.weight
-  std::vector<float*> gate;  // [E] x [F, C]  mlp.experts.{e}.gate_proj.weight
-  std::vector<float*> up;    // [E] x [F, C]  mlp.experts.{e}.up_proj.weight
-  std::vector<float*> down;  // [E] x [C, F]  mlp.experts.{e}.down_proj.weight
 };
 
 // What one forward keeps for its backward (storage reused across calls).
@@ -59,8 +52,11 @@ class MoeMlp {
  public:
   MoeMlp() = default;
   // The linears of decoder layer `layer` of `n_layers` with HF names; expert linears take the
-  // policy's precision for their names, the router FP32.
-  MoeMlp(int64_t layer, int64_t n_layers, const MoeShape& shape, const PrecisionPolicy& policy);
+  // policy's precision for their names, the router FP32. `frozen`: Linear::frozen linears, zeroed,
+  // for a streaming loader to fill (a frozen model's).
+  MoeMlp(int64_t layer, int64_t n_layers, const MoeShape& shape, const PrecisionPolicy& policy, bool frozen = false);
+  // A copy holding only what forward() reads (Linear::frozen_copy of every linear).
+  MoeMlp frozen_copy() const;
 
   const MoeShape& shape() const { return shape_; }
   // Remakes every linear's low-precision copy from the masters (kept by pointer for FP32).
@@ -73,6 +69,7 @@ class MoeMlp {
 
   // The linears in order: router, then per expert gate, up, down.
   std::vector<const Linear*> linears() const;
+  std::vector<Linear*> linears();
 
  private:
   MoeShape shape_;

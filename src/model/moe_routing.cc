@@ -1,5 +1,7 @@
 #include "model/moe_routing.h"
 
+#include <cstring>
+
 #include "core/check.h"
 #include "numerics/exp.h"
 
@@ -85,6 +87,24 @@ void group_by_expert(const MoeRouting& r, ExpertGroups& out) {
     out.token[static_cast<size_t>(row)] = static_cast<int32_t>(i / r.k);
     out.slot[static_cast<size_t>(row)] = static_cast<int32_t>(i % r.k);
     out.row_of[static_cast<size_t>(i)] = static_cast<int32_t>(row);
+  }
+}
+
+void gather_expert_inputs(float* x_grouped, const float* h, const ExpertGroups& groups, int64_t C) {
+  for (size_t r = 0; r < groups.token.size(); ++r)
+    std::memcpy(x_grouped + static_cast<int64_t>(r) * C, h + int64_t{groups.token[r]} * C,
+                sizeof(float) * static_cast<size_t>(C));
+}
+
+void combine_expert_outputs(float* y, const float* out, const MoeRouting& r, const ExpertGroups& groups, int64_t C) {
+  for (int64_t n = 0; n < r.N; ++n) {
+    float* yn = y + n * C;
+    std::memset(yn, 0, sizeof(float) * static_cast<size_t>(C));
+    for (int64_t j = 0; j < r.k; ++j) {
+      const float w = r.weight[static_cast<size_t>(n * r.k + j)];
+      const float* o = out + int64_t{groups.row_of[static_cast<size_t>(n * r.k + j)]} * C;
+      for (int64_t c = 0; c < C; ++c) yn[c] += w * o[c];
+    }
   }
 }
 

@@ -42,4 +42,12 @@ struct ExpertGroups {
 };
 void group_by_expert(const MoeRouting& routing, ExpertGroups& out);
 
+// x_grouped [N*k, C]: row r is h's row groups.token[r] (each expert's input rows, contiguous).
+void gather_expert_inputs(float* x_grouped, const float* h, const ExpertGroups& groups, int64_t C);
+// y [N, C] = sum over slots j, in slot order from zero in FP32, of weight[n, j] times the expert
+// output of (n, j) (row groups.row_of[n * k + j] of out [N*k, C]). Shared by the trainer and the
+// generator, so both combine with the same bits.
+void combine_expert_outputs(float* y, const float* out, const MoeRouting& routing, const ExpertGroups& groups,
+                            int64_t C);
+
 }  // namespace fp8rl

@@ -13,6 +13,10 @@ std::string layer_param_name(int64_t layer, std::string_view suffix) {
   return fmt::format("model.layers.{}.{}", layer, suffix);
 }
 
+std::string expert_param_name(int64_t layer, int64_t expert, std::string_view proj) {
+  return fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", layer, expert, proj);
+}
+
 ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
   c.validate();
   auto add = [&](std::string name, Shape shape, bool decay) {
@@ -31,6 +35,15 @@ ParamLayout::ParamLayout(const ModelConfig& c) : config_(c) {
       add(layer_param_name(l, "self_attn.k_norm.weight"), Shape{c.head_dim}, /*decay=*/false);
     }
     add(layer_param_name(l, "post_attention_layernorm.weight"), Shape{c.d_model}, /*decay=*/false);
+    if (c.is_moe_layer(l)) {
+      add(layer_param_name(l, "mlp.gate.weight"), Shape{c.num_experts, c.d_model}, /*decay=*/true);
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        add(expert_param_name(l, e, "gate_proj"), Shape{c.d_expert, c.d_model}, /*decay=*/true);
+        add(expert_param_name(l, e, "up_proj"), Shape{c.d_expert, c.d_model}, /*decay=*/true);
+        add(expert_param_name(l, e, "down_proj"), Shape{c.d_model, c.d_expert}, /*decay=*/true);
+      }
+      continue;
+    }
     add(layer_param_name(l, "mlp.gate_proj.weight"), Shape{c.d_ff, c.d_model}, /*decay=*/true);
     add(layer_param_name(l, "mlp.up_proj.weight"), Shape{c.d_ff, c.d_model}, /*decay=*/true);
     add(layer_param_name(l, "mlp.down_proj.weight"), Shape{c.d_model, c.d_ff}, /*decay=*/true);
@@ -85,9 +98,19 @@ WeightPointers ParamLayout::bind_with(const std::function<float*(std::string_vie
     lw.q_norm = config_.qk_norm ? lp("self_attn.q_norm.weight") : nullptr;
     lw.k_norm = config_.qk_norm ? lp("self_attn.k_norm.weight") : nullptr;
     lw.mlp_norm = lp("post_attention_layernorm.weight");
-    lw.w_gate = lp("mlp.gate_proj.weight");
-    lw.w_up = lp("mlp.up_proj.weight");
-    lw.w_down = lp("mlp.down_proj.weight");
+    if (config_.is_moe_layer(l)) {
+      lw.w_gate = lw.w_up = lw.w_down = nullptr;
+      lw.moe.router = lp("mlp.gate.weight");
+      for (int64_t e = 0; e < config_.num_experts; ++e) {
+        lw.moe.gate.push_back(at(expert_param_name(l, e, "gate_proj")));
+        lw.moe.up.push_back(at(expert_param_name(l, e, "up_proj")));
+        lw.moe.down.push_back(at(expert_param_name(l, e, "down_proj")));
+      }
+    } else {
+      lw.w_gate = lp("mlp.gate_proj.weight");
+      lw.w_up = lp("mlp.up_proj.weight");
+      lw.w_down = lp("mlp.down_proj.weight");
+    }
     w.layers.push_back(lw);
   }
   w.final_norm = at("model.norm.weight");

@@ -21,6 +21,14 @@ struct ParamInfo {
   bool decay = false;  // AdamW weight decay applies (matrices, not norms)
 };
 
+// Named pointers to an MoE layer's MLP tensors, HF layout (E experts of hidden size F).
+struct MoeWeights {
+  float* router = nullptr;   // [E, C]        mlp.gate.weight
+  std::vector<float*> gate;  // [E] x [F, C]  mlp.experts.{e}.gate_proj.weight
+  std::vector<float*> up;    // [E] x [F, C]  mlp.experts.{e}.up_proj.weight
+  std::vector<float*> down;  // [E] x [C, F]  mlp.experts.{e}.down_proj.weight
+};
+
 // Named pointers to one layer's tensors in a flat buffer. Dimension letters as in config.h.
 struct LayerWeights {
   float* attn_norm;  // [C]     input_layernorm
@@ -31,9 +39,10 @@ struct LayerWeights {
   float* q_norm;     // [D]     (qk_norm only, else nullptr)
   float* k_norm;     // [D]     (qk_norm only, else nullptr)
   float* mlp_norm;   // [C]     post_attention_layernorm
-  float* w_gate;     // [F, C]
+  float* w_gate;     // [F, C]  (a dense MLP's; nullptr in an MoE layer)
   float* w_up;       // [F, C]
   float* w_down;     // [C, F]
+  MoeWeights moe;    // an MoE layer's (config.is_moe_layer)
 };
 
 struct WeightPointers {
@@ -72,5 +81,7 @@ const ParamInfo* first_non_finite_tensor(const ParamLayout& layout, const float*
 
 // HF name of layer `l`'s tensor `suffix`, e.g. layer_param_name(0, "mlp.up_proj.weight").
 std::string layer_param_name(int64_t layer, std::string_view suffix);
+// HF name of expert `e`'s projection `proj` ("gate_proj", "up_proj", "down_proj") in layer `l`.
+std::string expert_param_name(int64_t layer, int64_t expert, std::string_view proj);
 
 }  // namespace fp8rl

@@ -202,11 +202,21 @@ void Transformer::build_linears() {
       const Precision p = policy_.linear_precision(l, config_.n_layers, name);
       return linear(std::move(name), n, k, p, round);
     };
-    linears_.push_back({make("self_attn.q_proj.weight", config_.q_dim(), C),
-                        make("self_attn.k_proj.weight", config_.kv_dim(), C),
-                        make("self_attn.v_proj.weight", config_.kv_dim(), C),
-                        make("self_attn.o_proj.weight", C, config_.q_dim()), make("mlp.gate_proj.weight", F, C),
-                        make("mlp.up_proj.weight", F, C), make("mlp.down_proj.weight", C, F)});
+    LayerLinears ll;
+    ll.q = make("self_attn.q_proj.weight", config_.q_dim(), C);
+    ll.k = make("self_attn.k_proj.weight", config_.kv_dim(), C);
+    ll.v = make("self_attn.v_proj.weight", config_.kv_dim(), C);
+    ll.o = make("self_attn.o_proj.weight", C, config_.q_dim());
+    ll.is_moe = config_.is_moe_layer(l);
+    if (ll.is_moe) {
+      const MoeShape shape{C, config_.d_expert, config_.num_experts, config_.experts_per_token, config_.norm_topk_prob};
+      ll.moe = MoeMlp(l, config_.n_layers, shape, policy_, frozen_);
+    } else {
+      ll.gate = make("mlp.gate_proj.weight", F, C);
+      ll.up = make("mlp.up_proj.weight", F, C);
+      ll.down = make("mlp.down_proj.weight", C, F);
+    }
+    linears_.push_back(std::move(ll));
   }
   const Precision head = policy_.fp32_lm_head || policy_.activations == Precision::kF32 ? Precision::kF32 : Precision::kBF16;
   lm_head_ = linear(config_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", config_.vocab_size, C,
@@ -233,8 +243,14 @@ Transformer Transformer::frozen_copy() const {
   Transformer f(config_, policy_, FrozenTag{});
   for (size_t l = 0; l < linears_.size(); ++l) {
     const LayerLinears& src = linears_[l];
-    f.linears_[l] = {src.q.frozen_copy(),    src.k.frozen_copy(),  src.v.frozen_copy(), src.o.frozen_copy(),
-                     src.gate.frozen_copy(), src.up.frozen_copy(), src.down.frozen_copy()};
+    LayerLinears& dst = f.linears_[l];
+    dst.q = src.q.frozen_copy(), dst.k = src.k.frozen_copy(), dst.v = src.v.frozen_copy();
+    dst.o = src.o.frozen_copy();
+    if (src.is_moe) {
+      dst.moe = src.moe.frozen_copy();
+    } else {
+      dst.gate = src.gate.frozen_copy(), dst.up = src.up.frozen_copy(), dst.down = src.down.frozen_copy();
+    }
   }
   f.lm_head_ = lm_head_.frozen_copy();
   for (const ParamInfo& p : layout_.tensors())
@@ -268,7 +284,7 @@ Linear& Transformer::frozen_linear(std::string_view name) {
   FP8RL_CHECK(frozen_, "frozen_linear on a trainable model");
   if (name == lm_head_.name()) return lm_head_;
   for (LayerLinears& ll : linears_)
-    for (Linear* lin : {&ll.q, &ll.k, &ll.v, &ll.o, &ll.gate, &ll.up, &ll.down})
+    for (Linear* lin : ll.all())
       if (lin->name() == name) return *lin;
   FP8RL_CHECK(false, "'{}' is not a linear of this model", name);
   return lm_head_;
@@ -339,9 +355,13 @@ void Transformer::refresh_weights() {
     ll.k.refresh_weights(lw.wk);
     ll.v.refresh_weights(lw.wv);
     ll.o.refresh_weights(lw.wo);
-    ll.gate.refresh_weights(lw.w_gate);
-    ll.up.refresh_weights(lw.w_up);
-    ll.down.refresh_weights(lw.w_down);
+    if (ll.is_moe) {
+      ll.moe.refresh_weights(lw.moe);
+    } else {
+      ll.gate.refresh_weights(lw.w_gate);
+      ll.up.refresh_weights(lw.w_up);
+      ll.down.refresh_weights(lw.w_down);
+    }
   }
   lm_head_.refresh_weights(w_.lm_head);
 }
@@ -362,16 +382,32 @@ void Transformer::zero_grads() {
 std::vector<Transformer::NamedLinear> Transformer::linears() const {
   std::vector<NamedLinear> out;
   for (const LayerLinears& ll : linears_)
-    for (const Linear* lin : {&ll.q, &ll.k, &ll.v, &ll.o, &ll.gate, &ll.up, &ll.down}) out.push_back({lin->name(), lin});
+    for (const Linear* lin : ll.all()) out.push_back({lin->name(), lin});
   out.push_back({lm_head_.name(), &lm_head_});
   return out;
 }
 
 void Transformer::install_fp8_weights(std::string_view name, const QuantizedMatrix& w) {
   for (LayerLinears& ll : linears_)
-    for (Linear* lin : {&ll.q, &ll.k, &ll.v, &ll.o, &ll.gate, &ll.up, &ll.down})
+    for (Linear* lin : ll.all())
       if (lin->name() == name) return lin->install_fp8_weights(w);
   FP8RL_CHECK(false, "install_fp8_weights: '{}' is not a layer linear of this model", name);
+}
+
+std::vector<Linear*> Transformer::LayerLinears::all() {
+  std::vector<Linear*> out{&q, &k, &v, &o};
+  if (is_moe) {
+    const std::vector<Linear*> m = moe.linears();
+    out.insert(out.end(), m.begin(), m.end());
+  } else {
+    out.insert(out.end(), {&gate, &up, &down});
+  }
+  return out;
+}
+
+std::vector<const Linear*> Transformer::LayerLinears::all() const {
+  const std::vector<Linear*> m = const_cast<LayerLinears*>(this)->all();
+  return {m.begin(), m.end()};
 }
 
 void Transformer::release_activations() {
@@ -574,10 +610,14 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, const float* x, Layer
   add_into(a.x_mid.data(), x, tmp, N * C, bf16_acts);
   // MLP block.
   rmsnorm_forward(a.h2.data(), a.rstd2.data(), a.x_mid.data(), lw.mlp_norm, N, C, config_.norm_eps, bf16_acts);
-  ll.gate.forward(a.g.data(), a.h2.data(), N, a.cgate, save_for_backward);
-  ll.up.forward(a.u.data(), a.h2.data(), N, a.cup, save_for_backward, same_x(ll.up, ll.gate, a.cgate));
-  swiglu_forward(a.s.data(), a.g.data(), a.u.data(), N * F, bf16_acts);
-  ll.down.forward(tmp, a.s.data(), N, a.cdown, save_for_backward);
+  if (ll.is_moe) {
+    ll.moe.forward(tmp, a.h2.data(), N, a.moe, save_for_backward);
+  } else {
+    ll.gate.forward(a.g.data(), a.h2.data(), N, a.cgate, save_for_backward);
+    ll.up.forward(a.u.data(), a.h2.data(), N, a.cup, save_for_backward, same_x(ll.up, ll.gate, a.cgate));
+    swiglu_forward(a.s.data(), a.g.data(), a.u.data(), N * F, bf16_acts);
+    ll.down.forward(tmp, a.s.data(), N, a.cdown, save_for_backward);
+  }
   add_into(x_next, a.x_mid.data(), tmp, N * C, bf16_acts);
   return amax;
 }
@@ -760,10 +800,14 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
   float *dq_raw = w.dq_raw.data(), *dk_raw = w.dk_raw.data();
   const size_t residual_bytes = sizeof(float) * static_cast<size_t>(N * C);
   // x_next = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
-  ll.down.backward(ds, /*accumulate_dx=*/false, lg.w_down, dx, N, a.cdown);
-  swiglu_backward(dg, du, ds, a.g.data(), a.u.data(), N * F);
-  ll.gate.backward(dh, /*accumulate_dx=*/false, lg.w_gate, dg, N, a.cgate);
-  ll.up.backward(dh, /*accumulate_dx=*/true, lg.w_up, du, N, a.cup);
+  if (ll.is_moe) {
+    ll.moe.backward(dh, /*accumulate_dh=*/false, dx, a.moe, lg.moe);
+  } else {
+    ll.down.backward(ds, /*accumulate_dx=*/false, lg.w_down, dx, N, a.cdown);
+    swiglu_backward(dg, du, ds, a.g.data(), a.u.data(), N * F);
+    ll.gate.backward(dh, /*accumulate_dx=*/false, lg.w_gate, dg, N, a.cgate);
+    ll.up.backward(dh, /*accumulate_dx=*/true, lg.w_up, du, N, a.cup);
+  }
   std::memcpy(dx_mid, dx, residual_bytes);
   rmsnorm_backward(dx_mid, lg.mlp_norm, dh, a.x_mid.data(), lw.mlp_norm, a.rstd2.data(), N, C, /*accumulate_dx=*/true);
   // x_mid = x + o(attention(rope(norm(q(h1))), rope(norm(k(h1))), v(h1))), h1 = norm(x)

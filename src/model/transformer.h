@@ -15,6 +15,7 @@
 #include "model/config.h"
 #include "model/linear.h"
 #include "model/lm_head.h"
+#include "model/moe.h"
 #include "model/params.h"
 #include "model/precision.h"
 
@@ -115,8 +116,9 @@ class Transformer {
   // backward() before it is refused.
   void release_activations();
 
-  // The linears in order (per layer: q, k, v, o, gate, up, down), then the LM head; for the
-  // refit and for tests of the precision policy.
+  // The linears in order (per layer: q, k, v, o, gate, up, down, or in an MoE layer the router and
+  // each expert's gate, up, down), then the LM head; for the refit and for tests of the precision
+  // policy.
   struct NamedLinear {
     std::string name;  // HF tensor name of the weight
     const Linear* linear;
@@ -174,7 +176,12 @@ class Transformer {
   struct FrozenTag {};
   Transformer(const ModelConfig& config, const PrecisionPolicy& policy, FrozenTag);
   struct LayerLinears {
-    Linear q, k, v, o, gate, up, down;
+    Linear q, k, v, o, gate, up, down;  // gate, up, down: a dense MLP's (empty in an MoE layer)
+    MoeMlp moe;                         // an MoE layer's MLP
+    bool is_moe = false;
+    // Every linear of the layer in order (q, k, v, o, then gate, up, down or the MoE block's).
+    std::vector<Linear*> all();
+    std::vector<const Linear*> all() const;
   };
   // Saved activations of one layer, each [N, ...] row-major.
   struct LayerActs {
@@ -201,6 +208,7 @@ class Transformer {
     AlignedBuffer<float> u;       // [N, F]
     AlignedBuffer<float> s;       // [N, F] SwiGLU output
     LinearCache cq, ck, cv, co, cgate, cup, cdown;
+    MoeActs moe;  // an MoE layer's MLP (instead of g, u, s and its caches)
   };
 
   // The rows one layer block runs over. forward(): the B x T right-padded batch (row b*T + t),

@@ -24,8 +24,8 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("logger.tensorboard_enabled", &c.tensorboard_enabled, false,
         "also write the metrics as TensorBoard scalars (events.out.tfevents.* in the run directory)");
 
-  s.add("model.preset", &c.model_preset, "small", "architecture preset (qwen3-0.6b, llama-3.2-1b: real shapes, random weights)")
-      .choices({"tiny", "small", "medium", "qwen3-0.6b", "llama-3.2-1b"});
+  s.add("model.preset", &c.model_preset, "small", "architecture preset (tiny-moe, small-moe: Qwen3-MoE; qwen3-0.6b, llama-3.2-1b: real shapes, random weights)")
+      .choices({"tiny", "small", "medium", "tiny-moe", "small-moe", "qwen3-0.6b", "llama-3.2-1b"});
   s.add("model.name", &c.model_name, std::nullopt,
         "Hugging Face model directory to start from: config.json, safetensors weights, tokenizer.json (null: "
         "model.checkpoint, else a random model of model.preset)");

@@ -20,7 +20,11 @@ LinearWeightSource source_of(const Linear& lin) {
 
 GeneratorWeightSource generator_weight_source(const Transformer& trainer) {
   const WeightPointers& w = trainer.weights();
-  const std::vector<Transformer::NamedLinear> linears = trainer.linears();  // 7 per layer, then the LM head
+  // Per layer q, k, v, o, then gate, up, down, or an MoE layer's router and each expert's gate,
+  // up, down; then the LM head.
+  const std::vector<Transformer::NamedLinear> linears = trainer.linears();
+  size_t next = 0;
+  auto take = [&] { return source_of(*linears.at(next++).linear); };
   GeneratorWeightSource src;
   src.embed = w.embed;
   src.embed_bf16 = trainer.embedding_bf16();
@@ -32,18 +36,26 @@ GeneratorWeightSource generator_weight_source(const Transformer& trainer) {
     ls.mlp_norm = lw.mlp_norm;
     ls.q_norm = lw.q_norm;
     ls.k_norm = lw.k_norm;
-    LinearWeightSource* dst[7] = {&ls.q, &ls.k, &ls.v, &ls.o, &ls.gate, &ls.up, &ls.down};
-    for (size_t i = 0; i < 7; ++i) *dst[i] = source_of(*linears[l * 7 + i].linear);
+    for (LinearWeightSource* dst : {&ls.q, &ls.k, &ls.v, &ls.o}) *dst = take();
+    if (trainer.config().is_moe_layer(static_cast<int64_t>(l))) {
+      ls.router = take();
+      for (int64_t e = 0; e < trainer.config().num_experts; ++e)
+        for (auto* list : {&ls.expert_gate, &ls.expert_up, &ls.expert_down}) list->push_back(take());
+    } else {
+      for (LinearWeightSource* dst : {&ls.gate, &ls.up, &ls.down}) *dst = take();
+    }
     src.layers.push_back(ls);
   }
-  src.lm_head = source_of(*linears.back().linear);
+  src.lm_head = take();
+  FP8RL_CHECK(next == linears.size(), "refit: {} linears in the trainer, {} taken", linears.size(), next);
   return src;
 }
 
 void refit_generator_weights(const Transformer& trainer, GenerationEngine& generator) {
   FP8RL_CHECK(trainer.config().n_layers == generator.config().n_layers &&
                   trainer.config().d_model == generator.config().d_model &&
-                  trainer.config().vocab_size == generator.config().vocab_size,
+                  trainer.config().vocab_size == generator.config().vocab_size &&
+                  trainer.config().num_experts == generator.config().num_experts,
               "refit: the trainer's and the generator's architectures differ");
   generator.update_weights(generator_weight_source(trainer));
 }

@@ -93,13 +93,23 @@ TEST(Generation, GreedyEqualsTheTrainersArgmaxContinuation) {
 
 // Linear precision x attention precision (policy.attention_precision): the generator computes the
 // trainer's attention products from the same roundings either way.
+// With `moe`, Qwen3-MoE layers (8 experts, 2 per token): the generator must also route every token
+// to the trainer's experts.
 struct AgreementCase {
   Precision linear, attention;
+  bool moe = false;
 };
-class GenerationAgreement : public ::testing::TestWithParam<AgreementCase> {};
+class GenerationAgreement : public ::testing::TestWithParam<AgreementCase> {
+ protected:
+  static ModelConfig config(bool qk_norm) {
+    ModelConfig c = test_config(qk_norm);
+    if (GetParam().moe) c.num_experts = 8, c.experts_per_token = 2, c.d_expert = 128;
+    return c;
+  }
+};
 
 TEST_P(GenerationAgreement, SampledLogprobsEqualTheTrainersExactly) {
-  Transformer t = make_trainer(test_config(true), GetParam().linear, 5, 8.0f, GetParam().attention);
+  Transformer t = make_trainer(config(true), GetParam().linear, 5, 8.0f, GetParam().attention);
   GenerationEngine e(t.config(), t.policy(), {});
   refit_generator_weights(t, e);
   const auto prompts = make_prompts(5, 2);
@@ -115,7 +125,7 @@ TEST_P(GenerationAgreement, SampledLogprobsEqualTheTrainersExactly) {
 // 64 in BF16), small ones through the GEMV: 80 sequences decoded together, against the trainer
 // and against an engine that decodes 3 at a time (GEMV only), bit for bit.
 TEST_P(GenerationAgreement, LargeBatchesThroughTheGemmAgreeExactly) {
-  Transformer t = make_trainer(test_config(false), GetParam().linear, 6, 8.0f, GetParam().attention);
+  Transformer t = make_trainer(config(false), GetParam().linear, 6, 8.0f, GetParam().attention);
   EngineOptions wide_opts;
   wide_opts.max_num_seqs = 80;
   EngineOptions narrow_opts;
@@ -141,7 +151,7 @@ TEST_P(GenerationAgreement, LargeBatchesThroughTheGemmAgreeExactly) {
 // AMX machine), whose bits differ from the trainer's GEMM in the last place: the agreement is then
 // within the 1.001 instead of exact, and runs still reproduce.
 TEST_P(GenerationAgreement, WithoutBatchInvarianceLoneSequencesStayWithinTolerance) {
-  Transformer t = make_trainer(test_config(true), GetParam().linear, 5, 8.0f, GetParam().attention);
+  Transformer t = make_trainer(config(true), GetParam().linear, 5, 8.0f, GetParam().attention);
   EngineOptions eo;
   eo.max_num_seqs = 1;  // every decode forward is one row
   eo.batch_invariant = false;
@@ -161,10 +171,12 @@ INSTANTIATE_TEST_SUITE_P(Precisions, GenerationAgreement,
                          ::testing::Values(AgreementCase{Precision::kBF16, Precision::kF32},
                                            AgreementCase{Precision::kFP8, Precision::kF32},
                                            AgreementCase{Precision::kBF16, Precision::kBF16},
-                                           AgreementCase{Precision::kFP8, Precision::kBF16}),
+                                           AgreementCase{Precision::kFP8, Precision::kBF16},
+                                           AgreementCase{Precision::kBF16, Precision::kF32, /*moe=*/true},
+                                           AgreementCase{Precision::kFP8, Precision::kF32, /*moe=*/true}),
                          [](const auto& info) {
-                           return std::string(precision_name(info.param.linear)) + "_attention_" +
-                                  precision_name(info.param.attention);
+                           return std::string(info.param.moe ? "moe_" : "") + precision_name(info.param.linear) +
+                                  "_attention_" + precision_name(info.param.attention);
                          });
 
 TEST(Generation, Fp8KvCacheAndAttentionStayCloseToTheTrainer) {

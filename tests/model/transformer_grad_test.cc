@@ -34,11 +34,8 @@ TokenBatch micro_batch() {
   return b;
 }
 
-class TransformerGrad : public ::testing::TestWithParam<std::pair<bool, bool>> {};
-
-TEST_P(TransformerGrad, FiniteDifferencesAgreeInFp32) {
-  const auto [qk_norm, tied] = GetParam();
-  Transformer model(micro_config(qk_norm, tied), PrecisionPolicy::fp32());
+void expect_fp32_gradients_match_finite_differences(const ModelConfig& config) {
+  Transformer model(config, PrecisionPolicy::fp32());
   model.init_random(3);
   // Larger weights than the default init make the model nonlinear enough to test every path.
   for (int64_t i = 0; i < model.num_params(); ++i) model.params()[i] *= 10.0f;
@@ -62,8 +59,26 @@ TEST_P(TransformerGrad, FiniteDifferencesAgreeInFp32) {
   const std::vector<float> grads(model.grads(), model.grads() + model.num_params());
   for (const ParamInfo& p : model.layout().tensors()) {
     const int64_t n = p.shape.numel();
-    testing::expect_gradient_matches(p.name, model.params() + p.offset, n, grads.data() + p.offset, loss, 1e-2, 2e-3, 2e-2,
-                            std::max<int64_t>(1, n / 24));
+    testing::expect_gradient_matches(p.name, model.params() + p.offset, n, grads.data() + p.offset, loss, 1e-2, 2e-3,
+                                     2e-2, std::max<int64_t>(1, n / 24));
+  }
+}
+
+class TransformerGrad : public ::testing::TestWithParam<std::pair<bool, bool>> {};
+
+TEST_P(TransformerGrad, FiniteDifferencesAgreeInFp32) {
+  const auto [qk_norm, tied] = GetParam();
+  expect_fp32_gradients_match_finite_differences(micro_config(qk_norm, tied));
+}
+
+// Qwen3-MoE: layer 0 dense (mlp_only_layers), layer 1 with 4 experts, 2 per token; with and
+// without renormalized top-k weights.
+TEST(TransformerGradMoe, FiniteDifferencesAgreeInFp32) {
+  for (bool norm : {true, false}) {
+    ModelConfig c = micro_config(true, true);
+    c.num_experts = 4, c.experts_per_token = 2, c.d_expert = 12, c.norm_topk_prob = norm, c.mlp_only_layers = {0};
+    SCOPED_TRACE(norm ? "norm_topk_prob" : "plain top-k weights");
+    expect_fp32_gradients_match_finite_differences(c);
   }
 }
 
