@@ -88,12 +88,16 @@ void MoeMlp::forward(float* y, const float* h, int64_t N, MoeActs& a, bool save_
   if (bf16_activations_) bf16_round_f32(y, N * C);
 }
 
-void MoeMlp::backward(float* dh, bool accumulate_dh, const float* dy, const MoeActs& a, const MoeWeights& grads) const {
+void MoeMlp::backward(float* dh, bool accumulate_dh, const float* dy, const MoeActs& a, const MoeWeights& grads,
+                      MoeGradScratch& scratch) const {
   const int64_t N = a.routing.N, C = shape_.d_model, F = shape_.d_expert, E = shape_.num_experts, k = shape_.top_k;
   const int64_t R = N * k;
   // The combine: d out[row(n, j)] = w[n, j] dy[n], d w[n, j] = dy[n] . out[row(n, j)].
-  std::vector<float> dweight(static_cast<size_t>(R));
-  AlignedBuffer<float> dout(static_cast<size_t>(R * C)), dx(static_cast<size_t>(R * C));
+  std::vector<float>& dweight = scratch.dweight;
+  dweight.resize(static_cast<size_t>(R));
+  ensure(scratch.dout, R * C), ensure(scratch.dx, R * C);
+  ensure(scratch.ds, R * F), ensure(scratch.dg, R * F), ensure(scratch.du, R * F);
+  AlignedBuffer<float>&dout = scratch.dout, &dx = scratch.dx, &ds = scratch.ds, &dg = scratch.dg, &du = scratch.du;
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t j = 0; j < k; ++j) {
       const int64_t row = a.groups.row_of[static_cast<size_t>(n * k + j)];
@@ -108,7 +112,6 @@ void MoeMlp::backward(float* dh, bool accumulate_dh, const float* dy, const MoeA
       dweight[static_cast<size_t>(n * k + j)] = dot;
     }
   }
-  AlignedBuffer<float> ds(static_cast<size_t>(R * F)), dg(static_cast<size_t>(R * F)), du(static_cast<size_t>(R * F));
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = a.groups.begin[static_cast<size_t>(e)], M = a.groups.begin[static_cast<size_t>(e + 1)] - r0;
     if (M == 0) continue;
@@ -120,7 +123,8 @@ void MoeMlp::backward(float* dh, bool accumulate_dh, const float* dy, const MoeA
     up_[i].backward(dxr, /*accumulate_dx=*/true, grads.up[i], dur, M, a.up[i]);
   }
   // The router: through the combine weights only, then its linear.
-  std::vector<float> dlogits(static_cast<size_t>(N * E));
+  std::vector<float>& dlogits = scratch.dlogits;
+  dlogits.resize(static_cast<size_t>(N * E));
   route_backward(dlogits.data(), dweight.data(), a.routing);
   router_.backward(dh, accumulate_dh, grads.router, dlogits.data(), N, a.router);
   // Each token's expert terms, in slot order.

@@ -48,6 +48,14 @@ struct MoeActs {
   std::vector<LinearCache> gate, up, down;  // [E]
 };
 
+// Backward's gradient buffers, kept across calls and layers (sized by the largest batch).
+struct MoeGradScratch {
+  AlignedBuffer<float> dout, dx;  // [N*k, C]
+  AlignedBuffer<float> ds, dg, du;  // [N*k, F]
+  std::vector<float> dweight;     // [N, k]
+  std::vector<float> dlogits;     // [N, E]
+};
+
 class MoeMlp {
  public:
   MoeMlp() = default;
@@ -65,7 +73,8 @@ class MoeMlp {
   void forward(float* y, const float* h, int64_t N, MoeActs& acts, bool save_for_backward = true) const;
   // dh [N, C] (+)= the gradient of h given dy [N, C]; the weight gradients are added to `grads`
   // (one term per tensor, formed from zero; experts no token chose receive none).
-  void backward(float* dh, bool accumulate_dh, const float* dy, const MoeActs& acts, const MoeWeights& grads) const;
+  void backward(float* dh, bool accumulate_dh, const float* dy, const MoeActs& acts, const MoeWeights& grads,
+                MoeGradScratch& scratch) const;
 
   // The linears in order: router, then per expert gate, up, down.
   std::vector<const Linear*> linears() const;

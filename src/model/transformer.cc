@@ -801,7 +801,7 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
   const size_t residual_bytes = sizeof(float) * static_cast<size_t>(N * C);
   // x_next = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
   if (ll.is_moe) {
-    ll.moe.backward(dh, /*accumulate_dh=*/false, dx, a.moe, lg.moe);
+    ll.moe.backward(dh, /*accumulate_dh=*/false, dx, a.moe, lg.moe, w.moe);
   } else {
     ll.down.backward(ds, /*accumulate_dx=*/false, lg.w_down, dx, N, a.cdown);
     swiglu_backward(dg, du, ds, a.g.data(), a.u.data(), N * F);

@@ -290,6 +290,7 @@ class Transformer {
   LmHeadScratch head_scratch_;
   struct BackwardScratch {  // backward's gradient buffers, reused across calls
     AlignedBuffer<float> dhf, dx, dx_mid, dh, ds, dg, du, datt, dq, dk, dv, dq_raw, dk_raw, tmp;
+    MoeGradScratch moe;  // MoE layers'
   };
   BackwardScratch backward_scratch_;
   std::vector<QkvAmax> qkv_amax_;

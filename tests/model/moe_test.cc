@@ -193,7 +193,8 @@ TEST(MoeMlp, Fp32GradientsMatchFiniteDifferences) {
   MoeActs acts;
   moe.forward(y.data(), h.data(), N, acts);
   const std::vector<int32_t> chosen = acts.routing.expert;
-  moe.backward(dh.data(), /*accumulate_dh=*/false, dy.data(), acts, grads.pointers());
+  MoeGradScratch scratch;
+  moe.backward(dh.data(), /*accumulate_dh=*/false, dy.data(), acts, grads.pointers(), scratch);
   auto loss = [&] {
     MoeActs a;
     std::vector<float> out(h.size());
