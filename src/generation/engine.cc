@@ -56,6 +56,7 @@ GenerationEngine::GenerationEngine(const ModelConfig& config, const PrecisionPol
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     EngineLayer& layer = layers_[static_cast<size_t>(l)];
     layer.moe = config_.is_moe_layer(l);
+    if (layer.moe) layer.moe_index = num_moe_layers_++;
     for (int i = 0; i < (layer.moe ? 4 : 7); ++i) {
       EngineLinear& lin = layer.lin[i];
       lin.precision = policy_.linear_precision(l, config_.n_layers, layer_param_name(l, kLinearNames[i]));
@@ -346,7 +347,7 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
     rmsnorm_forward(h.data(), rstd.data(), x.data(), e.mlp_norm.data(), R, C, config_.norm_eps,
                     /*round_output_bf16=*/true);
     if (e.moe) {
-      moe_forward(e, h.data(), tmp.data(), R);
+      moe_forward(e, rows, h.data(), tmp.data());
     } else {
       linears_forward({{&e.lin[kGate], g.data()}, {&e.lin[kUp], u.data()}}, h.data(), R, /*round_bf16=*/true);
       swiglu_forward(s.data(), g.data(), u.data(), R * F, /*round_output_bf16=*/true);
@@ -372,13 +373,18 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
   linears_forward({{&lm_head_, logits}}, h.data(), L, /*round_bf16=*/false);
 }
 
-void GenerationEngine::moe_forward(const EngineLayer& e, const float* h, float* y, int64_t R) {
+void GenerationEngine::moe_forward(const EngineLayer& e, const std::vector<Row>& rows, const float* h, float* y) {
+  const int64_t R = static_cast<int64_t>(rows.size());
   const int64_t C = config_.d_model, F = config_.d_expert, E = config_.num_experts, k = config_.experts_per_token;
   Scratch& m = scratch_;
   m.moe_logits.resize(static_cast<size_t>(R * E));
   linears_forward({{&e.router, m.moe_logits.data()}}, h, R, /*round_bf16=*/false);
   route_tokens(m.moe_logits.data(), R, E, k, config_.norm_topk_prob, m.routing);
   group_by_expert(m.routing, m.groups);
+  for (int64_t r = 0; r < R; ++r)
+    if (uint16_t* dst = rows[static_cast<size_t>(r)].routing; dst != nullptr)
+      for (int64_t j = 0; j < k; ++j)
+        dst[e.moe_index * k + j] = static_cast<uint16_t>(m.routing.expert[static_cast<size_t>(r * k + j)]);
   for (auto [buf, width] : {std::pair{&m.moe_x, C}, std::pair{&m.moe_g, F}, std::pair{&m.moe_u, F},
                             std::pair{&m.moe_s, F}, std::pair{&m.moe_out, C}})
     buf->resize(static_cast<size_t>(R * k * width));
@@ -429,8 +435,11 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
                 opt.max_new_tokens, config_.max_seq_len);
   }
   stats_ = {};
+  // MoE models record each row's experts: per position, [MoE layers, k].
+  const int64_t per_position = num_moe_layers_ * config_.experts_per_token;
   struct Prefix {
     KvBlockList blocks;
+    std::vector<uint16_t> routing;  // the prompt's positions
     std::vector<float> last_logits;  // [V] logits after the prompt's last token
     int64_t unfinished = 0;
     bool prefilled = false;
@@ -441,6 +450,7 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
     std::vector<float> first_logits;  // without prefix sharing: logits after its own prefill
     GeneratedSequence out;
     bool needs_prefill = false;
+    std::vector<uint16_t> routing;  // every position's (prompt and response)
   };
   std::vector<Prefix> prefixes(static_cast<size_t>(P));
   for (Prefix& pre : prefixes) pre.unfinished = G;
@@ -478,6 +488,7 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
       s->out.prompt_index = p, s->out.sample_index = g;
       Prefix& pre = prefixes[static_cast<size_t>(p)];
       const bool new_prefix = opt.share_prefix && !pre.prefilled && pre.blocks.pages.empty();
+      s->routing.resize(static_cast<size_t>((plen(p) + opt.max_new_tokens) * per_position));
       const int64_t own_tokens = (opt.share_prefix ? 0 : plen(p)) + opt.max_new_tokens;
       const int64_t prefix_pages = new_prefix ? (plen(p) + kPageTokens - 1) / kPageTokens : 0;
       const int64_t own_pages = (own_tokens + kPageTokens - 1) / kPageTokens;
@@ -497,14 +508,17 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
       }
       if (new_prefix) {
         kv_.reserve(pre.blocks, plen(p));
+        pre.routing.resize(static_cast<size_t>(plen(p) * per_position));
         for (int64_t i = 0; i < plen(p); ++i)
-          prefill.push_back({nullptr, 0, &pre.blocks, i, prompts[static_cast<size_t>(p)][static_cast<size_t>(i)]});
+          prefill.push_back({nullptr, 0, &pre.blocks, i, prompts[static_cast<size_t>(p)][static_cast<size_t>(i)],
+                             per_position > 0 ? pre.routing.data() + i * per_position : nullptr});
         prefix_last_rows.emplace_back(p, static_cast<int64_t>(prefill.size()) - 1);
       }
       kv_.reserve(s->own, own_tokens);
       if (!opt.share_prefix) {
         for (int64_t i = 0; i < plen(p); ++i)
-          prefill.push_back({nullptr, 0, &s->own, i, prompts[static_cast<size_t>(p)][static_cast<size_t>(i)]});
+          prefill.push_back({nullptr, 0, &s->own, i, prompts[static_cast<size_t>(p)][static_cast<size_t>(i)],
+                             per_position > 0 ? s->routing.data() + i * per_position : nullptr});
         prefill_last_rows.emplace_back(s.get(), static_cast<int64_t>(prefill.size()) - 1);
       }
       admitted.push_back(s.get());
@@ -546,7 +560,7 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
       const int64_t prefix_len = opt.share_prefix ? plen(s->p) : 0;
       const int64_t pos = plen(s->p) + static_cast<int64_t>(s->out.tokens.size()) - 1;
       rows.push_back({opt.share_prefix ? &prefixes[static_cast<size_t>(s->p)].blocks : nullptr, prefix_len, &s->own, pos,
-                      s->out.tokens.back()});
+                      s->out.tokens.back(), per_position > 0 ? s->routing.data() + pos * per_position : nullptr});
       stepping.push_back(s.get());
     }
     if (!rows.empty()) {
@@ -567,6 +581,12 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
       }
       kv_.release(s.own);
       Prefix& pre = prefixes[static_cast<size_t>(s.p)];
+      if (per_position > 0) {  // the prompt's positions (from the shared prefix), then the response's
+        if (opt.share_prefix) std::copy(pre.routing.begin(), pre.routing.end(), s.routing.begin());
+        const int64_t read = plen(s.p) + static_cast<int64_t>(s.out.tokens.size()) - 1;
+        s.routing.resize(static_cast<size_t>(read * per_position));
+        s.out.routing = std::move(s.routing);
+      }
       if (--pre.unfinished == 0) kv_.release(pre.blocks);
       results[static_cast<size_t>(s.p * G + s.g)] = std::move(s.out);
       it = active.erase(it);

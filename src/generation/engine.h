@@ -97,6 +97,10 @@ struct GeneratedSequence {
   std::vector<int32_t> tokens;   // generated tokens, the eos included when it was generated
   std::vector<float> logprobs;   // log-prob of each token under the distribution it was drawn from
   FinishReason finish = FinishReason::kLength;
+  // MoE models: the experts each input position was routed to, [positions, MoE layers, k] slots
+  // best first, for positions 0 .. prompt + tokens - 2 (every token the model read; the last
+  // generated token is never read). Empty for a dense model.
+  std::vector<uint16_t> routing;
 };
 
 struct GenerationStats {
@@ -162,7 +166,8 @@ class GenerationEngine {
     AlignedBuffer<float> attn_norm, mlp_norm, q_norm, k_norm;
     EngineLinear lin[7];  // q k v o gate up down (gate, up, down unused in an MoE layer)
     bool moe = false;
-    EngineLinear router;  // an MoE layer's
+    int64_t moe_index = 0;  // among the MoE layers
+    EngineLinear router;    // an MoE layer's
     std::vector<EngineLinear> expert_gate, expert_up, expert_down;
   };
   // One token row of a forward: the sequence it belongs to and its position.
@@ -172,6 +177,7 @@ class GenerationEngine {
     KvBlockList* own;           // pages for positions >= prefix_len
     int64_t pos;
     int32_t token;
+    uint16_t* routing = nullptr;  // MoE models: where this row's experts go ([MoE layers, k])
   };
 
   void load_linear(EngineLinear& dst, const LinearWeightSource& src, int64_t N, int64_t K);
@@ -191,7 +197,8 @@ class GenerationEngine {
   void forward_rows(const std::vector<Row>& rows, float* logits, const std::vector<int64_t>& logit_rows = {});
   // y [R, C] = an MoE layer's MLP of h [R, C] (BF16-valued), rounded to BF16, as the trainer's
   // MoeMlp::forward computes it.
-  void moe_forward(const EngineLayer& e, const float* h, float* y, int64_t R);
+  // Each row's experts go to its Row::routing where set.
+  void moe_forward(const EngineLayer& e, const std::vector<Row>& rows, const float* h, float* y);
 
   ModelConfig config_;
   PrecisionPolicy policy_;
@@ -200,6 +207,7 @@ class GenerationEngine {
   const bf16_t* embed_ = nullptr;  // [V, C] the source's BF16 embedding, or own_embed_
   AlignedBuffer<bf16_t> own_embed_;
   std::vector<EngineLayer> layers_;
+  int64_t num_moe_layers_ = 0;
   AlignedBuffer<float> final_norm_;
   EngineLinear lm_head_;
   RopeTable rope_;

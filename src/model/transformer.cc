@@ -412,6 +412,7 @@ std::vector<const Linear*> Transformer::LayerLinears::all() const {
 
 void Transformer::release_activations() {
   acts_.clear();
+  routing_ = {};
   recompute_acts_ = LayerActs{};
   x_final_ = {}, hf_ = {}, rstd_f_ = {}, lse_ = {};
   head_scratch_ = LmHeadScratch{};
@@ -628,6 +629,11 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
   batch_ = batch;
   saved_for_backward_ = for_backward && !frozen_;
   qkv_amax_.assign(static_cast<size_t>(config_.n_layers), QkvAmax{});
+  routing_.clear();
+  // After layer l's forward into `a`: an MoE layer's experts of every row.
+  const auto record_routing = [&](int64_t l, const LayerActs& a) {
+    if (linears_[static_cast<size_t>(l)].is_moe) routing_.push_back(a.moe.routing.expert);
+  };
   ensure(backward_scratch_.tmp, N * C);  // [N, C] projection output before the residual add
   if (!saved_for_backward_) {
     // Nothing is kept for a backward: the layers run in place on one [N, C] buffer with one layer's
@@ -636,10 +642,12 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
     ensure_layer_acts(recompute_acts_, N);
     ensure(x_final_, N * C), ensure(hf_, N * C), ensure(rstd_f_, N), ensure(lse_, N);
     embed(x_final_.data(), rows_);
-    for (int64_t l = 0; l < config_.n_layers; ++l)
+    for (int64_t l = 0; l < config_.n_layers; ++l) {
       qkv_amax_[static_cast<size_t>(l)] =
           layer_forward(l, x_final_.data(), recompute_acts_, x_final_.data(), backward_scratch_.tmp.data(), rows_,
                         /*save_for_backward=*/false, /*stop_after_qkv=*/false);
+      record_routing(l, recompute_acts_);
+    }
     final_norm(hf_.data(), rstd_f_.data(), x_final_.data(), N);
     lm_head_logprobs_forward(lm_head_, hf_.data(), N, batch.targets.data(), logprobs, lse_.data(), head_scratch_);
     return;
@@ -654,6 +662,7 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
     qkv_amax_[static_cast<size_t>(l)] =
         layer_forward(l, acts_[static_cast<size_t>(l)].x.data(), a, x_next, backward_scratch_.tmp.data(), rows_,
                       saved_for_backward_ && !checkpointing_, /*stop_after_qkv=*/false);
+    record_routing(l, a);
     if (checkpointing_) {  // the attention output too: the recomputation need not attend again
       LayerActs& keep = acts_[static_cast<size_t>(l)];
       const int64_t n = N * config_.q_dim();

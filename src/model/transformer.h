@@ -148,6 +148,9 @@ class Transformer {
     bool operator==(const QkvAmax&) const = default;
   };
   const std::vector<QkvAmax>& last_qkv_amax() const { return qkv_amax_; }
+  // An MoE model's experts of every row of the last forward(): per MoE layer (in layer order),
+  // [N * k], row n's slots at n * k .. n * k + k - 1, best first. Empty for a dense model.
+  const std::vector<std::vector<int32_t>>& last_routing() const { return routing_; }
   // The calibration forward: what last_qkv_amax() would hold after forward(batch), bit for bit,
   // at a fraction of the cost. A token's q/k/v depend only on its sequence up to it (every kernel
   // but attention works row by row, the GEMMs are batch invariant, attention is causal), so each
@@ -294,6 +297,7 @@ class Transformer {
   };
   BackwardScratch backward_scratch_;
   std::vector<QkvAmax> qkv_amax_;
+  std::vector<std::vector<int32_t>> routing_;  // last_routing()
   std::vector<AttentionE4m3Scales> attention_e4m3_;  // [n_layers] or empty
   // With attention_e4m3_: one layer's q, k, v as E4M3 code values (unscaled) for the attention,
   // which applies the scales per KV head as the generator does, and as the scaled values.

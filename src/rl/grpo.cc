@@ -47,6 +47,7 @@ struct Rollout {
   std::vector<int32_t> response;  // generated tokens (eos included when generated)
   std::vector<float> gen, prev, ref;  // [response tokens]
   float reward = 0, advantage = 0;
+  std::vector<uint16_t> routing;  // MoE models: the generator's experts (GeneratedSequence::routing)
 };
 
 // Right-padded trainer batch of rollouts [begin, end): targets are the response tokens.
@@ -65,6 +66,33 @@ TokenBatch rollout_batch(const std::vector<Rollout>& r, size_t begin, size_t end
     b.lengths[i - begin] = static_cast<int32_t>(r[i].prompt.size() + r[i].response.size());
   }
   return b;
+}
+
+// MoE models: the trainer's routing in its last forward (rollouts [begin, end) as rollout_batch
+// lays them out, T positions each) against the generator's, into `sums`: one decision per
+// (position read, MoE layer), mismatched when any of its k experts differs.
+void count_routing_mismatch(const Transformer& model, const std::vector<Rollout>& r, size_t begin, size_t end,
+                            int64_t T, GrpoMetricSums& sums) {
+  const std::vector<std::vector<int32_t>>& trainer = model.last_routing();
+  if (trainer.empty()) return;
+  const int64_t layers = static_cast<int64_t>(trainer.size()), k = model.config().experts_per_token;
+  for (size_t i = begin; i < end; ++i) {
+    const int64_t read = static_cast<int64_t>(r[i].prompt.size() + r[i].response.size()) - 1;
+    FP8RL_CHECK(static_cast<int64_t>(r[i].routing.size()) == read * layers * k,
+                "routing of rollout {}: {} entries from the generator, expected {} positions x {} MoE layers x {}", i,
+                r[i].routing.size(), read, layers, k);
+    for (int64_t pos = 0; pos < read; ++pos) {
+      const int64_t row = static_cast<int64_t>(i - begin) * T + pos;
+      for (int64_t l = 0; l < layers; ++l) {
+        bool differs = false;
+        for (int64_t j = 0; j < k; ++j)
+          differs = differs || trainer[static_cast<size_t>(l)][static_cast<size_t>(row * k + j)] !=
+                                   r[i].routing[static_cast<size_t>((pos * layers + l) * k + j)];
+        ++sums.routing_decisions;
+        sums.routing_mismatched += differs;
+      }
+    }
+  }
 }
 
 // Log-probs of the response tokens of rollouts [begin, end) under `model`, appended to `out`
@@ -404,6 +432,7 @@ StepRollouts GrpoJob::generate(int64_t step) {
     r[i].prompt = prompts[i / static_cast<size_t>(G_)];
     r[i].response = seqs[i].tokens;
     r[i].gen = seqs[i].logprobs;
+    r[i].routing = seqs[i].routing;
     r[i].reward = static_cast<float>(task_->reward(*r[i].example, tokenizer_->decode_response(r[i].response)));
     rewards[i] = r[i].reward;
     out.tokens += static_cast<int64_t>(r[i].response.size());
@@ -446,7 +475,11 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
   const bool prev_from_training = rollouts_ == global_;
   const int32_t pad = tokenizer_->pad();
   TrainingResult out;
-  for (const MicroBatches& micro_batches : optimizer_steps()) {
+  const std::vector<MicroBatches> steps = optimizer_steps();
+  for (const MicroBatches& micro_batches : steps) {
+    // The first optimizer step runs on the weights that generated the rollouts: its forwards'
+    // routing is the one to compare with the generator's (MoE models).
+    const bool generation_weights = &micro_batches == &steps.front();
     const size_t g0 = micro_batches.front().first, g1 = micro_batches.back().second;
     int64_t global_tokens = 0;
     for (size_t i = g0; i < g1; ++i) global_tokens += static_cast<int64_t>(r[i].response.size());
@@ -456,6 +489,8 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
       const TokenBatch b = rollout_batch(r, m0, m1, pad);
       std::vector<float> lp(static_cast<size_t>(b.B * b.T));
       policy_.forward(b, lp.data());
+      GrpoMetricSums routing;
+      if (generation_weights) count_routing_mismatch(policy_, r, m0, m1, b.T, routing);
       std::vector<float> curr, prev, gen, ref, advs;
       std::vector<int64_t> offsets = {0};
       for (size_t i = m0; i < m1; ++i) {
@@ -473,7 +508,9 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
       }
       GrpoLossBatch lb{curr, prev, gen, ref, advs, offsets, global_tokens, global_};
       std::vector<float> grad(curr.size());
-      const GrpoLossResult res = grpo_loss(config_.loss, lb, grad);
+      GrpoLossResult res = grpo_loss(config_.loss, lb, grad);
+      res.sums.routing_decisions = routing.routing_decisions;
+      res.sums.routing_mismatched = routing.routing_mismatched;
       std::vector<float> dlp(lp.size(), 0.0f);
       for (size_t i = m0, n = 0; i < m1; ++i) {
         const size_t start = (i - m0) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
@@ -553,6 +590,7 @@ nlohmann::ordered_json GrpoJob::metrics_line(int64_t step, const StepRollouts& s
     if (std::isfinite(m.token_mult_prob_error_by_length[i]))
       by_length[length_bin_name(i)] = m.token_mult_prob_error_by_length[i];
   line["token_mult_prob_error_by_length"] = by_length;
+  if (policy_.config().is_moe()) line["routing_mismatch"] = finite_or_null(m.routing_mismatch);
   line["grad_norm"] = finite_or_null(t.grad_norm);
   line["lr"] = t.lr;
   line["skipped_optimizer_steps"] = t.skipped;
@@ -623,6 +661,7 @@ void add_measurements(nlohmann::ordered_json& line, const StepTimings& time, int
 struct RunTotals {
   StepTimings time;
   double mult_prob_error = 0;
+  double routing_mismatch = 0;  // MoE models (NaN otherwise: not printed)
   int64_t steps = 0, skipped = 0, kv_waited = 0;
 
   void add(const StepTimings& t, const GrpoMetrics& m, const TrainingResult& trained, const StepRollouts& s) {
@@ -631,16 +670,19 @@ struct RunTotals {
                                {&time.kv_calibration, t.kv_calibration}, {&time.total, t.total}})
       *total += part;
     mult_prob_error += m.token_mult_prob_error;
+    routing_mismatch += m.routing_mismatch;
     ++steps;
     skipped += trained.skipped;
     kv_waited += s.kv_waited;
   }
   void print(const GrpoJobResult& result) const {
     const double n = static_cast<double>(steps);
-    fmt::print("grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}; mean step "
+    const std::string routing =
+        std::isfinite(routing_mismatch) ? fmt::format("; mean routing_mismatch {:.5f}", routing_mismatch / n) : "";
+    fmt::print("grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}{}; mean step "
                "{:.2f}s = generation {:.2f} + logprobs {:.2f} + training {:.2f} + refit {:.3f} + kv_calibration {:.3f}; "
                "{} skipped optimizer steps; {} rollouts waited for KV cache pages; peak RSS {:.2f} GiB\n",
-               result.val_accuracy_before, result.val_accuracy_after, mult_prob_error / n, time.total / n,
+               result.val_accuracy_before, result.val_accuracy_after, mult_prob_error / n, routing, time.total / n,
                time.generation / n, time.logprobs / n, time.training / n, time.refit / n, time.kv_calibration / n, skipped,
                kv_waited, gib(peak_rss_bytes()));
   }

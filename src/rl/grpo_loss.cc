@@ -170,6 +170,8 @@ void GrpoMetricSums::merge(const GrpoMetricSums& o) {
   probs_ratio_clamped_max = std::max(probs_ratio_clamped_max, o.probs_ratio_clamped_max);
   num_tokens += o.num_tokens;
   num_sequences += o.num_sequences;
+  routing_decisions += o.routing_decisions;
+  routing_mismatched += o.routing_mismatched;
 }
 
 GrpoMetrics GrpoMetricSums::finalize() const {
@@ -194,6 +196,8 @@ GrpoMetrics GrpoMetricSums::finalize() const {
   m.num_tokens = static_cast<double>(num_tokens);
   m.num_sequences = static_cast<double>(num_sequences);
   m.num_nonfinite_logprobs = static_cast<double>(mismatch.num_nonfinite);
+  if (routing_decisions > 0)
+    m.routing_mismatch = static_cast<double>(routing_mismatched) / static_cast<double>(routing_decisions);
   return m;
 }
 

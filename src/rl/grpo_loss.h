@@ -179,6 +179,9 @@ struct GrpoMetrics {
   double approx_entropy = 0;  // mean_t -exp(curr - gen) curr: importance-weighted estimate of the
                               // current policy's entropy from generator samples (NeMo RL's)
   double num_tokens = 0, num_sequences = 0, num_nonfinite_logprobs = 0;
+  // MoE models: the fraction of (token, MoE layer) routing decisions where the trainer's k experts
+  // differ from the generator's (NaN for a dense model); see GrpoMetricSums::routing_*.
+  double routing_mismatch = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Raw sums of one or more micro-batches. merge() then finalize() gives the global values exactly.
@@ -194,6 +197,8 @@ struct GrpoMetricSums {
   double probs_ratio_clamped_min = std::numeric_limits<double>::infinity();
   double probs_ratio_clamped_max = -std::numeric_limits<double>::infinity();
   int64_t num_tokens = 0, num_sequences = 0;
+  // MoE models: (token, MoE layer) decisions compared, and those whose experts differ (any slot).
+  int64_t routing_decisions = 0, routing_mismatched = 0;
   void merge(const GrpoMetricSums& o);
   GrpoMetrics finalize() const;
 };

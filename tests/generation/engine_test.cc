@@ -119,6 +119,26 @@ TEST_P(GenerationAgreement, SampledLogprobsEqualTheTrainersExactly) {
     for (size_t j = 0; j < seqs[i].tokens.size(); ++j)
       ASSERT_EQ(seqs[i].logprobs[j], prev[i][j]) << "sequence " << i << " token " << j;
   EXPECT_EQ(token_mult_prob_error(seqs, prev), 1.0);
+  if (!GetParam().moe) return;
+  // The generator's record of every position's experts is the trainer's routing of the same rows
+  // (trainer_logprobs' batch: sequence i in rows i*T .. i*T + T - 1).
+  const std::vector<std::vector<int32_t>>& trainer = t.last_routing();
+  ASSERT_EQ(trainer.size(), 2u);
+  const int64_t k = t.config().experts_per_token, T = static_cast<int64_t>(trainer[0].size()) / k / static_cast<int64_t>(seqs.size());
+  std::vector<int64_t> uses(8, 0);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t read = static_cast<int64_t>(prompts[static_cast<size_t>(seqs[i].prompt_index)].size() + seqs[i].tokens.size()) - 1;
+    ASSERT_EQ(static_cast<int64_t>(seqs[i].routing.size()), read * 2 * k) << "sequence " << i;
+    for (int64_t pos = 0; pos < read; ++pos)
+      for (int64_t l = 0; l < 2; ++l)
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t want = trainer[static_cast<size_t>(l)][static_cast<size_t>((static_cast<int64_t>(i) * T + pos) * k + j)];
+          ASSERT_EQ(seqs[i].routing[static_cast<size_t>((pos * 2 + l) * k + j)], want)
+              << "sequence " << i << " position " << pos << " layer " << l << " slot " << j;
+          ++uses[static_cast<size_t>(want)];
+        }
+  }
+  EXPECT_GT(*std::min_element(uses.begin(), uses.end()), 0) << "every expert is used: the check is not vacuous";
 }
 
 // Forwards of many rows run their linears through the GEMM (more than 16 rows in FP8, more than

@@ -186,20 +186,22 @@ void save_checkpoint(const Communicator& comm, const std::filesystem::path& dir,
 
 std::vector<GeneratedSequence> allgather_sequences(const Communicator& comm, std::vector<GeneratedSequence> mine) {
   if (comm.size() == 1) return mine;
-  // Per sequence: prompt index, sample index, finish reason, length, then tokens and log-probs.
+  // Per sequence: prompt index, sample index, finish reason, length, routing length, then tokens,
+  // log-probs and (MoE models) the routing.
   std::vector<std::byte> bytes;
   const auto put = [&](const void* src, size_t n) {
     const auto* p = static_cast<const std::byte*>(src);
     bytes.insert(bytes.end(), p, p + n);
   };
   for (const GeneratedSequence& s : mine) {
-    const int64_t head[4] = {s.prompt_index, s.sample_index, static_cast<int64_t>(s.finish),
-                             static_cast<int64_t>(s.tokens.size())};
+    const int64_t head[5] = {s.prompt_index, s.sample_index, static_cast<int64_t>(s.finish),
+                             static_cast<int64_t>(s.tokens.size()), static_cast<int64_t>(s.routing.size())};
     FP8RL_CHECK(s.logprobs.size() == s.tokens.size(), "allgather_sequences: {} log-probs for {} tokens",
                 s.logprobs.size(), s.tokens.size());
     put(head, sizeof(head));
     put(s.tokens.data(), s.tokens.size() * sizeof(int32_t));
     put(s.logprobs.data(), s.logprobs.size() * sizeof(float));
+    put(s.routing.data(), s.routing.size() * sizeof(uint16_t));
   }
   std::vector<GeneratedSequence> all;
   for (const std::vector<std::byte>& in : comm.allgather(bytes)) {
@@ -210,7 +212,7 @@ std::vector<GeneratedSequence> allgather_sequences(const Communicator& comm, std
       at += n;
     };
     while (at < in.size()) {
-      int64_t head[4];
+      int64_t head[5];
       get(head, sizeof(head));
       GeneratedSequence s;
       s.prompt_index = head[0];
@@ -220,6 +222,8 @@ std::vector<GeneratedSequence> allgather_sequences(const Communicator& comm, std
       s.logprobs.resize(static_cast<size_t>(head[3]));
       get(s.tokens.data(), s.tokens.size() * sizeof(int32_t));
       get(s.logprobs.data(), s.logprobs.size() * sizeof(float));
+      s.routing.resize(static_cast<size_t>(head[4]));
+      get(s.routing.data(), s.routing.size() * sizeof(uint16_t));
       all.push_back(std::move(s));
     }
   }
