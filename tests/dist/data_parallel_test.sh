@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Data parallelism gives one process's bits: SFT and GRPO (bf16, fp8-e2e, fp8-e2e with an FP8 KV cache)
-# under `mpirun -np 1, 2, 4` write the same checkpoints, byte for byte, and the same metrics
-# (timings and memory aside); a killed rank ends the job with an error and `--resume` continues
-# to the uninterrupted run's checkpoint. Usage: data_parallel_test.sh FP8RL_BINARY SOURCE_DIR
+# under `mpirun -np 1, 2, 4`, and fp8-e2e on a Qwen3-MoE model under 1 and 2, write the same
+# checkpoints, byte for byte, and the same metrics (timings and memory aside); a killed rank ends
+# the job with an error and `--resume` continues to the uninterrupted run's checkpoint.
+# Usage: data_parallel_test.sh FP8RL_BINARY SOURCE_DIR
 set -euo pipefail
 bin=$1
 src=$2
@@ -64,6 +65,22 @@ for recipe in grpo-bf16 grpo-fp8-e2e grpo-fp8-e2e-kv; do
   done
   echo "$recipe: N = 1, 2, 4 identical"
 done
+
+# Qwen3-MoE: the generator's record of every position's experts travels with its rollouts from
+# each rank (routing_mismatch, exactly 0 for fp8-e2e), and the runs are the same bits.
+run 1 sft "$src/recipes/sft-arithmetic.yaml" "${task[@]}" "${sft[@]}" model.preset=tiny-moe \
+  logger.log_dir="$work/sft-moe" > "$work/sft-moe.log"
+for n in 1 2; do
+  run $n train "$src/recipes/grpo-fp8-e2e.yaml" "${task[@]}" "${grpo[@]}" model.checkpoint="$work/sft-moe/checkpoint" \
+    grpo.max_num_steps=2 logger.log_dir="$work/moe-$n" > "$work/moe-$n.log"
+  /usr/bin/python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)["routing_mismatch"]
+    if m != 0: sys.exit("FAIL: routing_mismatch %r in %s" % (m, sys.argv[1]))' "$work/moe-$n/metrics.jsonl"
+done
+same_run "$work/moe-1" "$work/moe-2" metrics.jsonl
+echo "moe fp8-e2e: N = 1, 2 identical, routing_mismatch 0"
 
 # A rank killed mid-run: the job fails, and naming the rank is mpirun's; the last checkpoint is
 # whole, and --resume (with another N) ends where the uninterrupted run does.
