@@ -1,10 +1,18 @@
 // Qwen3-MoE model directories: BF16 and FP8 exports (each expert quantized in its own 128x128
 // blocks, the router kept BF16) load back with bit-identical log-probs, into trainable and frozen
 // models, and export again to the same bytes; malformed MoE configs and missing expert tensors are
-// refused with an error naming the key or tensor.
+// refused with an error naming the key or tensor; checkpoints written by the independent PyTorch
+// reference (tools/oracles/hf_reference.py, float64 Qwen3MoeSparseMoeBlock) give fp8rl's FP32
+// model the reference's logits and log-probs.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -156,6 +164,127 @@ TEST(MoeHf, MalformedMoeConfigsAndMissingExpertsAreRefusedByName) {
   Transformer target(moe_config(), PrecisionPolicy{});
   EXPECT_THAT(testing::error_message([&] { load_model_weights(tmp / "m", target); }),
               HasSubstr("model.layers.1.mlp.experts.3.up_proj.weight"));
+}
+
+// ---- against the PyTorch reference (helpers as in hf_model_test.cc) ----------------------------
+
+// Runs hf_reference.py's commands ("CMD ARGS ; CMD ARGS ...") in one Python process.
+void run_reference(const std::string& commands) {
+  const std::string cmd =
+      "/usr/bin/python3 " FP8RL_SOURCE_DIR "/tools/oracles/hf_reference.py each -- " + commands + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "reference failed: " << cmd;
+}
+
+// B right-padded sequences of random tokens; every real position but the last scores the next
+// token.
+TokenBatch random_batch(int64_t vocab, const std::vector<int32_t>& lengths, int64_t T, uint64_t seed) {
+  TokenBatch b = TokenBatch::empty(static_cast<int64_t>(lengths.size()), T, 0);
+  RandomStream rng(seed, 0);
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const size_t row = s * static_cast<size_t>(T);
+    b.lengths[s] = lengths[s];
+    for (int32_t t = 0; t < lengths[s]; ++t)
+      b.tokens[row + static_cast<size_t>(t)] = static_cast<int32_t>(rng.next_below(static_cast<uint64_t>(vocab)));
+    for (int32_t t = 0; t + 1 < lengths[s]; ++t)
+      b.targets[row + static_cast<size_t>(t)] = b.tokens[row + static_cast<size_t>(t) + 1];
+  }
+  return b;
+}
+
+void write_batch(const fs::path& path, TokenBatch& b) {
+  SafetensorsWriter w;
+  w.add("tokens", TensorView::contiguous(b.tokens.data(), DType::kI32, Shape{b.B, b.T}));
+  w.add("targets", TensorView::contiguous(b.targets.data(), DType::kI32, Shape{b.B, b.T}));
+  w.add("lengths", TensorView::contiguous(b.lengths.data(), DType::kI32, Shape{b.B}));
+  w.write(path);
+}
+
+struct Outputs {
+  std::vector<float> logprobs, logits, route_margin;  // [B*T], [B*T*V], [B*T] (the reference's)
+};
+
+Outputs fp8rl_forward(const fs::path& dir, const TokenBatch& b) {
+  Transformer model(load_model_config(dir), PrecisionPolicy::fp32());
+  load_model_weights(dir, model);
+  Outputs o;
+  o.logprobs = logprobs(model, b);
+  std::vector<int64_t> rows(static_cast<size_t>(b.B * b.T));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  o.logits.resize(rows.size() * static_cast<size_t>(model.config().vocab_size));
+  model.logits(rows, o.logits.data());
+  return o;
+}
+
+Outputs reference_outputs(const fs::path& path) {
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  const Tensor lp = f.read("logprobs"), lg = f.read("logits"), m = f.read("route_margin");
+  return {{lp.data<float>(), lp.data<float>() + lp.numel()},
+          {lg.data<float>(), lg.data<float>() + lg.numel()},
+          {m.data<float>(), m.data<float>() + m.numel()}};
+}
+
+// Largest |fp8rl - reference| over the real positions (logits) and the scored ones (log-probs),
+// and the smallest router margin over the real positions.
+struct MaxError {
+  double logits = 0, logprobs = 0, margin = INFINITY;
+};
+MaxError compare(const Outputs& got, const Outputs& want, const TokenBatch& b, int64_t V) {
+  MaxError e;
+  for (int64_t s = 0; s < b.B; ++s)
+    for (int64_t t = 0; t < b.lengths[static_cast<size_t>(s)]; ++t) {
+      const size_t n = static_cast<size_t>(s * b.T + t);
+      for (int64_t v = 0; v < V; ++v)
+        e.logits = std::max(e.logits, std::fabs(double(got.logits[n * V + v]) - want.logits[n * V + v]));
+      if (b.targets[n] >= 0) e.logprobs = std::max(e.logprobs, std::fabs(double(got.logprobs[n]) - want.logprobs[n]));
+      e.margin = std::min(e.margin, double(want.route_margin[n]));
+    }
+  return e;
+}
+
+// FP32 against float64 from the same stored values, as in hf_model_test.cc: the differences stay
+// near 1e-6. A token sent to another expert, or with other weights, moves its logits by about 1e-2
+// in these models, so the bound also checks the routing.
+constexpr double kTolerance = 1e-4;
+// fp8rl's router logits are the reference's to about 1e-6, so its probabilities to about 1e-6
+// relative: a token whose k-th and (k+1)-th probabilities are closer than this (relative) could
+// go to another expert in fp8rl. These seeds' closest is about 1e-2.
+constexpr double kMinRouteMargin = 1e-4;
+
+TEST(MoeHf, LoadsMoeDirectoriesLikeThePyTorchReference) {
+  if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;
+  testing::TempDir tmp;
+  struct Variant {
+    const char* name;
+    const char* args;
+  };
+  const Variant variants[] = {
+      // Layer 0 dense (mlp_only_layers), layer 1 MoE: top 2 of 8, renormalized.
+      {"qwen3_moe_bf16_norm_topk_sharded",
+       "--arch qwen3_moe --dtype bf16 --norm-topk 1 --mlp-only-layers 0 --shards 2 --seed 4"},
+      // Layers 1 and 3 MoE (decoder_sparse_step 2): top 3 of 6, the raw probabilities.
+      {"qwen3_moe_f32_raw_topk_step2",
+       "--arch qwen3_moe --dtype f32 --norm-topk 0 --experts 6 --top-k 3 --sparse-step 2 --layers 4 --seed 5"},
+  };
+  TokenBatch batch = random_batch(300, {40, 23, 9}, 40, 7);
+  write_batch(tmp / "batch.safetensors", batch);
+  std::string commands;
+  for (const Variant& v : variants)
+    commands += fmt::format("make-checkpoint {0}/{1} {2} ';' logprobs {0}/{1} {0}/batch.safetensors {0}/{1}.out ';' ",
+                            tmp.path().string(), v.name, v.args);
+  run_reference(commands);
+  for (const Variant& v : variants) {
+    const fs::path dir = tmp / v.name;
+    ASSERT_TRUE(load_model_config(dir).is_moe()) << v.name;
+    const MaxError e =
+        compare(fp8rl_forward(dir, batch), reference_outputs(tmp / (std::string(v.name) + ".out")), batch, 300);
+    EXPECT_GT(e.margin, kMinRouteMargin) << v.name << ": a near tie in the routing; choose another --seed";
+    EXPECT_LT(e.logits, kTolerance) << v.name;
+    EXPECT_LT(e.logprobs, kTolerance) << v.name;
+    std::printf(
+        "[ measured ] %s: max |logit error| %.2e, max |log-prob error| %.2e (bound %.0e), "
+        "smallest router margin %.1e\n",
+        v.name, e.logits, e.logprobs, kTolerance, e.margin);
+  }
 }
 
 }  // namespace

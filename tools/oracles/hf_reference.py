@@ -1,20 +1,25 @@
 #!/usr/bin/python3
-"""Independent float64 PyTorch reference for Hugging Face Llama / Qwen3 model directories.
+"""Independent float64 PyTorch reference for HF Llama / Qwen3 / Qwen3-MoE model directories.
 
-Written from the published semantics of HF transformers' modeling_llama.py / modeling_qwen3.py,
-not from fp8rl's code. Debian has no `safetensors` or `transformers`, so the safetensors format
-(u64 LE header length N | N-byte JSON header | data buffer) is read and written here.
+Written from the published semantics of HF transformers' modeling_llama.py / modeling_qwen3.py /
+modeling_qwen3_moe.py, not from fp8rl's code. Debian has no `safetensors` or `transformers`, so
+the safetensors format (u64 LE header length N | N-byte JSON header | data buffer) is read and
+written here.
 
 Usage (Debian's /usr/bin/python3, torch 1.13, numpy):
-  hf_reference.py make-checkpoint OUT_DIR --arch llama|qwen3 [--dtype f32|bf16|f16] [--shards N]
-        [--seed S] [--vocab V] [--hidden C] [--layers L] [--heads H] [--kv-heads K]
+  hf_reference.py make-checkpoint OUT_DIR --arch llama|qwen3|qwen3_moe [--dtype f32|bf16|f16]
+        [--shards N] [--seed S] [--vocab V] [--hidden C] [--layers L] [--heads H] [--kv-heads K]
         [--head-dim D] [--intermediate F] [--tie 0|1] [--rope-scaling 0|1] [--max-pos P]
         [--rope-theta T] [--eps E]
+        qwen3_moe only: [--experts E] [--top-k K] [--moe-ff F] [--norm-topk 0|1]
+        [--mlp-only-layers L1,L2,...] [--sparse-step S]
       Random tiny checkpoint in the exact HF layout (config.json, model.safetensors or
       model-0000i-of-0000N.safetensors + model.safetensors.index.json).
   hf_reference.py logprobs MODEL_DIR BATCH OUT
       BATCH: I32 tokens [B,T], I32 targets [B,T] (-1: not scored), I32 lengths [B].
-      OUT (F32): logits [B,T,V], logprobs [B,T] (0 where target == -1).
+      OUT (F32): logits [B,T,V], logprobs [B,T] (0 where target == -1); for qwen3_moe also
+      route_margin [B,T]: over the MoE layers, the smallest (p_k - p_k+1) / p_k of the position's
+      sorted router probabilities (how far its top-k choice is from a tie; inf where k = E).
       Weights may be F32, BF16, F16, or F8_E4M3 with an F32 NAME_scale_inv block-scale companion.
   hf_reference.py e4m3-table OUT        F32 values [256]: the decoded value of every E4M3 code
   hf_reference.py selftest              self-checks (exit status 0 when all pass)
@@ -210,9 +215,45 @@ def attention(cfg, w, p, x, cos, sin, is_qwen3):
     return out @ w[p + "o_proj.weight"].T
 
 
-def forward(cfg, w, tokens):
-    """tokens [B, T] (long) -> float64 logits [B, T, V]; positions are 0..T-1."""
-    is_qwen3 = cfg.get("model_type") == "qwen3"
+def dense_mlp(w, p, x):
+    """SwiGLU: down(silu(gate(x)) * up(x)); p ends in "mlp." or "mlp.experts.{e}."."""
+    gate = torch.nn.functional.silu(x @ w[p + "gate_proj.weight"].T)
+    return (gate * (x @ w[p + "up_proj.weight"].T)) @ w[p + "down_proj.weight"].T
+
+
+def is_moe_layer(cfg, i):
+    """HF Qwen3MoeDecoderLayer: sparse unless listed in mlp_only_layers or off the step."""
+    return (cfg.get("model_type") == "qwen3_moe" and cfg.get("num_experts", 0) > 0 and
+            i not in (cfg.get("mlp_only_layers") or []) and
+            (i + 1) % cfg.get("decoder_sparse_step", 1) == 0)
+
+
+def moe_mlp(cfg, w, p, x, margins=None):
+    """HF Qwen3MoeSparseMoeBlock: softmax of the router logits over the experts, torch.topk,
+    (norm_topk_prob) the k weights divided by their sum, out = sum_j weight_j * expert_j(x).
+    margins: a list to append [B, T] (p_k - p_k+1) / p_k to (how near the k-th choice is a tie)."""
+    e, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+    probs = torch.softmax(x @ w[p + "gate.weight"].T, dim=-1)  # [B, T, E]
+    weight, expert = torch.topk(probs, k, dim=-1)
+    if cfg.get("norm_topk_prob", False):  # Qwen3MoeConfig's default is False
+        weight = weight / weight.sum(-1, keepdim=True)
+    if margins is not None:
+        top = torch.topk(probs, min(k + 1, e), dim=-1)[0]
+        margins.append((top[..., k - 1] - top[..., k]) / top[..., k - 1] if k < e
+                       else torch.full(probs.shape[:-1], math.inf, dtype=torch.float64))
+    out = torch.zeros_like(x)
+    for i in range(e):  # each expert over the tokens that chose it, as HF's loop does
+        hit = expert == i  # [B, T, k]; a token chooses an expert at most once
+        if hit.any():
+            wi = (weight * hit).sum(-1, keepdim=True)  # [B, T, 1], 0 where not chosen
+            out = out + wi * dense_mlp(w, f"{p}experts.{i}.", x)
+    return out
+
+
+def forward(cfg, w, tokens, margins=None):
+    """tokens [B, T] (long) -> float64 logits [B, T, V]; positions are 0..T-1. margins: see
+    moe_mlp (one [B, T] per MoE layer)."""
+    is_qwen3 = cfg.get("model_type") in ("qwen3", "qwen3_moe")  # q/k norm
     if not is_qwen3 and cfg.get("model_type") != "llama":
         sys.exit(f"hf_reference: unsupported model_type {cfg.get('model_type')!r}")
     eps, t = cfg["rms_norm_eps"], tokens.shape[1]
@@ -226,8 +267,8 @@ def forward(cfg, w, tokens):
         x = rms_norm(hid, w[p + "input_layernorm.weight"], eps)
         hid = hid + attention(cfg, w, p + "self_attn.", x, cos, sin, is_qwen3)
         x = rms_norm(hid, w[p + "post_attention_layernorm.weight"], eps)
-        gate = torch.nn.functional.silu(x @ w[p + "mlp.gate_proj.weight"].T)
-        hid = hid + (gate * (x @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        hid = hid + (moe_mlp(cfg, w, p + "mlp.", x, margins) if is_moe_layer(cfg, i)
+                     else dense_mlp(w, p + "mlp.", x))
     hid = rms_norm(hid, w["model.norm.weight"], eps)
     tied = cfg.get("tie_word_embeddings", False)
     return hid @ w["model.embed_tokens.weight" if tied else "lm_head.weight"].T
@@ -245,41 +286,70 @@ def compute_logprobs(model_dir, batch_path, out_path):
     vocab = cfg["vocab_size"]
     if tokens.min() < 0 or tokens.max() >= vocab or targets.min() < -1 or targets.max() >= vocab:
         sys.exit(f"hf_reference: {batch_path}: token or target out of range [0, {vocab})")
-    logits = forward(cfg, w, tokens)
+    margins = []
+    logits = forward(cfg, w, tokens, margins)
     lp = torch.log_softmax(logits, dim=-1).gather(-1, targets.clamp(min=0)[..., None])[..., 0]
     lp = lp.masked_fill(targets == -1, 0.0)
-    write_safetensors(out_path, {"logits": logits.float(), "logprobs": lp.float()})
+    out = {"logits": logits.float(), "logprobs": lp.float()}
+    if margins:
+        margin = torch.stack(margins).min(0)[0]
+        real = margin if lengths is None else margin.masked_fill(pad, math.inf)
+        if real.min() < 1e-4:  # an FP32 model may choose other experts there
+            print(f"hf_reference: {model_dir}: a token's k-th and (k+1)-th router probabilities"
+                  f" are {real.min().item():.1e} apart (relative)", file=sys.stderr)
+        out["route_margin"] = margin.float()
+    write_safetensors(out_path, out)
 
 
 # ----------------------------------------------------------------------------- make-checkpoint
-def layer_shapes(a):
-    """(name, shape) of one decoder layer's tensors, in checkpoint order."""
+def layer_shapes(a, i):
+    """(name, shape) of decoder layer i's tensors, in checkpoint order."""
     c, d, f = a.hidden, a.head_dim, a.intermediate
     qd, kd = a.heads * d, a.kv_heads * d
-    qk_norm = [("self_attn.q_norm", [d]), ("self_attn.k_norm", [d])] if a.arch == "qwen3" else []
+    qk_norm = [("self_attn.q_norm", [d]), ("self_attn.k_norm", [d])] if a.arch != "llama" else []
+
+    def swiglu(p, f):
+        return [(p + "gate_proj", [f, c]), (p + "up_proj", [f, c]), (p + "down_proj", [c, f])]
+    if is_moe_layer(moe_config(a), i):
+        mlp = [("mlp.gate", [a.experts, c])]
+        mlp += [s for e in range(a.experts) for s in swiglu(f"mlp.experts.{e}.", a.moe_ff)]
+    else:
+        mlp = swiglu("mlp.", f)
     return ([("input_layernorm", [c]), ("self_attn.q_proj", [qd, c]), ("self_attn.k_proj", [kd, c]),
              ("self_attn.v_proj", [kd, c]), ("self_attn.o_proj", [c, qd])] + qk_norm +
-            [("post_attention_layernorm", [c]), ("mlp.gate_proj", [f, c]),
-             ("mlp.up_proj", [f, c]), ("mlp.down_proj", [c, f])])
+            [("post_attention_layernorm", [c])] + mlp)
 
 
 def checkpoint_tensors(a, gen):
     """Random HF-named float32 tensors in checkpoint order: matrices normal with std 0.05
-    (embedding 0.5, so that logits are not flat), norm weights 1 + 0.1 * normal."""
+    (embedding 0.5, so that logits are not flat; an MoE router 0.2, so that its logits spread
+    about 1.6 and no token's k-th and (k+1)-th experts are near a tie), norm weights
+    1 + 0.1 * normal."""
     shapes = [("model.embed_tokens", [a.vocab, a.hidden])]
-    shapes += [(f"model.layers.{i}.{n}", s) for i in range(a.layers) for n, s in layer_shapes(a)]
+    shapes += [(f"model.layers.{i}.{n}", s) for i in range(a.layers) for n, s in layer_shapes(a, i)]
     shapes += [("model.norm", [a.hidden])] + ([] if a.tie else [("lm_head", [a.vocab, a.hidden])])
     out = {}
     for name, shape in shapes:
         x = torch.randn(*shape, generator=gen)
-        std = 0.5 if name == "model.embed_tokens" else 0.05
+        std = 0.5 if name == "model.embed_tokens" else 0.2 if name.endswith(".mlp.gate") else 0.05
         out[name + ".weight"] = 1.0 + 0.1 * x if len(shape) == 1 else std * x
     return out
 
 
+def moe_config(a):
+    """The Qwen3MoeConfig keys of make-checkpoint's arguments ({} unless --arch qwen3_moe)."""
+    if a.arch != "qwen3_moe":
+        return {}
+    return {"model_type": a.arch, "num_experts": a.experts, "num_experts_per_tok": a.top_k,
+            "moe_intermediate_size": a.moe_ff, "norm_topk_prob": bool(a.norm_topk),
+            "decoder_sparse_step": a.sparse_step, "mlp_only_layers": a.mlp_only_layers}
+
+
 def hf_config(a, dtype):
+    names = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
+             "qwen3_moe": "Qwen3MoeForCausalLM"}
     return {
-        "architectures": ["LlamaForCausalLM" if a.arch == "llama" else "Qwen3ForCausalLM"],
+        "architectures": [names[a.arch]],
         "model_type": a.arch, "vocab_size": a.vocab, "hidden_size": a.hidden,
         "intermediate_size": a.intermediate, "num_hidden_layers": a.layers,
         "num_attention_heads": a.heads, "num_key_value_heads": a.kv_heads,
@@ -287,12 +357,18 @@ def hf_config(a, dtype):
         "rope_theta": a.rope_theta, "rope_scaling": LLAMA3_SCALING if a.rope_scaling else None,
         "tie_word_embeddings": bool(a.tie), "hidden_act": "silu",
         "torch_dtype": HF_DTYPE_NAMES[dtype], "attention_bias": False,
-        "bos_token_id": 1, "eos_token_id": 2}
+        "bos_token_id": 1, "eos_token_id": 2, **moe_config(a)}
 
 
 def make_checkpoint(a):
+    a.mlp_only_layers = [int(x) for x in a.mlp_only_layers.split(",") if x.strip()]
     if a.rope_theta is None:
-        a.rope_theta = 1000000.0 if a.arch == "qwen3" else 10000.0
+        a.rope_theta = 10000.0 if a.arch == "llama" else 1000000.0
+    if a.arch == "qwen3_moe" and not (1 <= a.top_k <= a.experts and a.moe_ff >= 1 and
+                                      a.sparse_step >= 1 and
+                                      all(0 <= x < a.layers for x in a.mlp_only_layers)):
+        sys.exit("hf_reference: want 1 <= --top-k <= --experts, --moe-ff, --sparse-step >= 1 and "
+                 "--mlp-only-layers in [0, --layers)")
     if a.rope_scaling and a.arch != "llama":
         sys.exit("hf_reference: --rope-scaling 1 is only valid for --arch llama")
     if a.heads % a.kv_heads:
@@ -390,6 +466,35 @@ def check_model(tmp, name, args, fp8=False):
           f"{name}: causality (max change up to the cut {diff[:, :cut + 1].max().item():.1e})")
 
 
+def check_moe(tmp):
+    """The qwen3_moe checkpoint check_model wrote (layer 0 in mlp_only_layers): its layout, and
+    moe_mlp against a token-by-token routing written with Python's sorted()."""
+    mdir = os.path.join(tmp, "qwen3_moe")
+    cfg, w = load_model(mdir)
+    check("model.layers.0.mlp.gate_proj.weight" in w and "model.layers.0.mlp.gate.weight" not in w
+          and "model.layers.1.mlp.gate_proj.weight" not in w
+          and list(w["model.layers.1.mlp.gate.weight"].shape) == [8, 64]
+          and list(w["model.layers.1.mlp.experts.7.down_proj.weight"].shape) == [64, 32],
+          "qwen3_moe: layer 0 dense (mlp_only_layers), layer 1 a router [8, 64] and 8 experts")
+    margin = read_safetensors(os.path.join(tmp, "qwen3_moe.out"))["route_margin"]
+    check(list(margin.shape) == [3, 12] and bool((margin > 0).all() and (margin <= 1).all()),
+          f"qwen3_moe: route_margin in (0, 1] (smallest {margin.min().item():.1e})")
+    p, x = "model.layers.1.mlp.", torch.randn(2, 5, 64, dtype=torch.float64)
+    router = w[p + "gate.weight"]
+    for norm in (False, True):
+        got = moe_mlp(dict(cfg, norm_topk_prob=norm), w, p, x)
+        want = torch.zeros_like(x)
+        for b in range(2):
+            for t in range(5):
+                probs = torch.softmax(router @ x[b, t], 0).tolist()
+                top = sorted(range(8), key=lambda e: -probs[e])[:2]
+                total = sum(probs[e] for e in top) if norm else 1.0
+                for e in top:
+                    want[b, t] += probs[e] / total * dense_mlp(w, f"{p}experts.{e}.", x[b, t])
+        check(bool((got - want).abs().max() < 1e-12) and want.abs().max() > 1e-3,
+              f"qwen3_moe: the MoE block routes tokens as sorted() does (norm_topk_prob {norm})")
+
+
 def selftest():
     torch.manual_seed(0)
     check_tables()
@@ -401,6 +506,9 @@ def selftest():
         check(files == [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)], "shard names")
         check_model(tmp, "qwen3", ["--arch", "qwen3", "--dtype", "f16", "--tie", "1"])
         check_model(tmp, "llama_fp8", ["--arch", "llama", "--dtype", "f32"], fp8=True)
+        check_model(tmp, "qwen3_moe", ["--arch", "qwen3_moe", "--dtype", "bf16", "--shards", "2",
+                                       "--mlp-only-layers", "0"])
+        check_moe(tmp)
     print("selftest passed")
 
 
@@ -410,15 +518,17 @@ def parser():
     sub = ap.add_subparsers(dest="cmd", required=True)
     mk = sub.add_parser("make-checkpoint")
     mk.add_argument("out_dir")
-    mk.add_argument("--arch", choices=["llama", "qwen3"], required=True)
+    mk.add_argument("--arch", choices=["llama", "qwen3", "qwen3_moe"], required=True)
     mk.add_argument("--dtype", choices=list(DTYPE_ARGS), default="bf16")
     for flag, default in [("shards", 1), ("seed", 0), ("vocab", 300), ("hidden", 64),
                           ("layers", 2), ("heads", 4), ("kv-heads", 2), ("head-dim", 16),
                           ("intermediate", 128), ("tie", 0), ("rope-scaling", 0),
-                          ("max-pos", 256)]:
+                          ("max-pos", 256), ("experts", 8), ("top-k", 2), ("moe-ff", 32),
+                          ("norm-topk", 1), ("sparse-step", 1)]:
         mk.add_argument("--" + flag, type=int, default=default)
     mk.add_argument("--rope-theta", type=float, default=None)
     mk.add_argument("--eps", type=float, default=1e-6)
+    mk.add_argument("--mlp-only-layers", default="")
     lp = sub.add_parser("logprobs")
     for name in ("model_dir", "batch", "out"):
         lp.add_argument(name)
