@@ -23,6 +23,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "io/safetensors.h"
+#include "tests/model/hf_reference_client.h"
 #include "tests/test_temp_dir.h"
 #include "model/checkpoint.h"
 #include "tests/test_util.h"
@@ -33,82 +34,15 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-// Runs hf_reference.py's commands ("CMD ARGS ; CMD ARGS ...") in one Python process.
-void run_reference(const std::string& commands) {
-  const std::string cmd =
-      "/usr/bin/python3 " FP8RL_SOURCE_DIR "/tools/oracles/hf_reference.py each -- " + commands + " > /dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "reference failed: " << cmd << " (is python3-torch installed?)";
-}
-
-// B right-padded sequences of random tokens; every real position but the last scores the next
-// token.
-TokenBatch random_batch(int64_t vocab, const std::vector<int32_t>& lengths, int64_t T, uint64_t seed) {
-  TokenBatch b = TokenBatch::empty(static_cast<int64_t>(lengths.size()), T, 0);
-  RandomStream rng(seed, 0);
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    b.lengths[s] = lengths[s];
-    for (int32_t t = 0; t < lengths[s]; ++t)
-      b.tokens[s * static_cast<size_t>(T) + static_cast<size_t>(t)] = static_cast<int32_t>(rng.next_below(static_cast<uint64_t>(vocab)));
-    for (int32_t t = 0; t + 1 < lengths[s]; ++t)
-      b.targets[s * static_cast<size_t>(T) + static_cast<size_t>(t)] = b.tokens[s * static_cast<size_t>(T) + static_cast<size_t>(t) + 1];
-  }
-  return b;
-}
-
-void write_batch(const fs::path& path, TokenBatch& b) {
-  SafetensorsWriter w;
-  w.add("tokens", TensorView::contiguous(b.tokens.data(), DType::kI32, Shape{b.B, b.T}));
-  w.add("targets", TensorView::contiguous(b.targets.data(), DType::kI32, Shape{b.B, b.T}));
-  w.add("lengths", TensorView::contiguous(b.lengths.data(), DType::kI32, Shape{b.B}));
-  w.write(path);
-}
-
-struct Outputs {
-  std::vector<float> logprobs, logits;  // [B*T], [B*T*V]
-};
-
-Outputs fp8rl_forward(Transformer& model, const TokenBatch& b) {
-  Outputs o;
-  o.logprobs.resize(static_cast<size_t>(b.B * b.T));
-  model.forward(b, o.logprobs.data(), /*for_backward=*/false);
-  std::vector<int64_t> rows(static_cast<size_t>(b.B * b.T));
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  o.logits.resize(rows.size() * static_cast<size_t>(model.config().vocab_size));
-  model.logits(rows, o.logits.data());
-  return o;
-}
-
-Outputs fp8rl_forward(const fs::path& dir, const PrecisionPolicy& policy, const TokenBatch& b) {
-  Transformer model(load_model_config(dir), policy);
-  load_model_weights(dir, model);
-  return fp8rl_forward(model, b);
-}
-
-Outputs reference_outputs(const fs::path& path) {
-  const SafetensorsFile f = SafetensorsFile::open(path);
-  const Tensor lp = f.read("logprobs"), lg = f.read("logits");
-  return {{lp.data<float>(), lp.data<float>() + lp.numel()}, {lg.data<float>(), lg.data<float>() + lg.numel()}};
-}
-
-// Largest |fp8rl - reference| over the real positions (logits) and the scored ones (log-probs).
-struct MaxError {
-  double logits = 0, logprobs = 0;
-};
-MaxError compare(const Outputs& got, const Outputs& want, const TokenBatch& b, int64_t V) {
-  MaxError e;
-  for (int64_t s = 0; s < b.B; ++s)
-    for (int64_t t = 0; t < b.lengths[static_cast<size_t>(s)]; ++t) {
-      const size_t n = static_cast<size_t>(s * b.T + t);
-      for (int64_t v = 0; v < V; ++v)
-        e.logits = std::max(e.logits, std::fabs(double(got.logits[n * V + v]) - want.logits[n * V + v]));
-      if (b.targets[n] >= 0) e.logprobs = std::max(e.logprobs, std::fabs(double(got.logprobs[n]) - want.logprobs[n]));
-    }
-  return e;
-}
-
-// fp8rl computes in FP32 what the reference computes in float64 from the same stored values;
-// over two layers of width 64 the differences stay near 1e-6, far below this bound.
-constexpr double kTolerance = 1e-4;
+using testing::compare;
+using testing::fp8rl_forward;
+using testing::MaxError;
+using testing::Outputs;
+using testing::random_batch;
+using testing::reference_outputs;
+using testing::run_reference;
+using testing::write_batch;
+constexpr double kTolerance = testing::kReferenceTolerance;
 
 TEST(HfModel, LoadsHfDirectoriesLikeThePyTorchReference) {
   if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;

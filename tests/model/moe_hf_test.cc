@@ -26,6 +26,7 @@
 #include "model/hf_config.h"
 #include "model/hf_weights.h"
 #include "model/transformer.h"
+#include "tests/model/hf_reference_client.h"
 #include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
@@ -168,83 +169,17 @@ TEST(MoeHf, MalformedMoeConfigsAndMissingExpertsAreRefusedByName) {
 
 // ---- against the PyTorch reference (helpers as in hf_model_test.cc) ----------------------------
 
-// Runs hf_reference.py's commands ("CMD ARGS ; CMD ARGS ...") in one Python process.
-void run_reference(const std::string& commands) {
-  const std::string cmd =
-      "/usr/bin/python3 " FP8RL_SOURCE_DIR "/tools/oracles/hf_reference.py each -- " + commands + " > /dev/null";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "reference failed: " << cmd;
-}
-
-// B right-padded sequences of random tokens; every real position but the last scores the next
-// token.
-TokenBatch random_batch(int64_t vocab, const std::vector<int32_t>& lengths, int64_t T, uint64_t seed) {
-  TokenBatch b = TokenBatch::empty(static_cast<int64_t>(lengths.size()), T, 0);
-  RandomStream rng(seed, 0);
-  for (size_t s = 0; s < lengths.size(); ++s) {
-    const size_t row = s * static_cast<size_t>(T);
-    b.lengths[s] = lengths[s];
-    for (int32_t t = 0; t < lengths[s]; ++t)
-      b.tokens[row + static_cast<size_t>(t)] = static_cast<int32_t>(rng.next_below(static_cast<uint64_t>(vocab)));
-    for (int32_t t = 0; t + 1 < lengths[s]; ++t)
-      b.targets[row + static_cast<size_t>(t)] = b.tokens[row + static_cast<size_t>(t) + 1];
-  }
-  return b;
-}
-
-void write_batch(const fs::path& path, TokenBatch& b) {
-  SafetensorsWriter w;
-  w.add("tokens", TensorView::contiguous(b.tokens.data(), DType::kI32, Shape{b.B, b.T}));
-  w.add("targets", TensorView::contiguous(b.targets.data(), DType::kI32, Shape{b.B, b.T}));
-  w.add("lengths", TensorView::contiguous(b.lengths.data(), DType::kI32, Shape{b.B}));
-  w.write(path);
-}
-
-struct Outputs {
-  std::vector<float> logprobs, logits, route_margin;  // [B*T], [B*T*V], [B*T] (the reference's)
-};
-
-Outputs fp8rl_forward(const fs::path& dir, const TokenBatch& b) {
-  Transformer model(load_model_config(dir), PrecisionPolicy::fp32());
-  load_model_weights(dir, model);
-  Outputs o;
-  o.logprobs = logprobs(model, b);
-  std::vector<int64_t> rows(static_cast<size_t>(b.B * b.T));
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  o.logits.resize(rows.size() * static_cast<size_t>(model.config().vocab_size));
-  model.logits(rows, o.logits.data());
-  return o;
-}
-
-Outputs reference_outputs(const fs::path& path) {
-  const SafetensorsFile f = SafetensorsFile::open(path);
-  const Tensor lp = f.read("logprobs"), lg = f.read("logits"), m = f.read("route_margin");
-  return {{lp.data<float>(), lp.data<float>() + lp.numel()},
-          {lg.data<float>(), lg.data<float>() + lg.numel()},
-          {m.data<float>(), m.data<float>() + m.numel()}};
-}
-
-// Largest |fp8rl - reference| over the real positions (logits) and the scored ones (log-probs),
-// and the smallest router margin over the real positions.
-struct MaxError {
-  double logits = 0, logprobs = 0, margin = INFINITY;
-};
-MaxError compare(const Outputs& got, const Outputs& want, const TokenBatch& b, int64_t V) {
-  MaxError e;
-  for (int64_t s = 0; s < b.B; ++s)
-    for (int64_t t = 0; t < b.lengths[static_cast<size_t>(s)]; ++t) {
-      const size_t n = static_cast<size_t>(s * b.T + t);
-      for (int64_t v = 0; v < V; ++v)
-        e.logits = std::max(e.logits, std::fabs(double(got.logits[n * V + v]) - want.logits[n * V + v]));
-      if (b.targets[n] >= 0) e.logprobs = std::max(e.logprobs, std::fabs(double(got.logprobs[n]) - want.logprobs[n]));
-      e.margin = std::min(e.margin, double(want.route_margin[n]));
-    }
-  return e;
-}
+using testing::compare;
+using testing::MaxError;
+using testing::random_batch;
+using testing::reference_outputs;
+using testing::run_reference;
+using testing::write_batch;
 
 // FP32 against float64 from the same stored values, as in hf_model_test.cc: the differences stay
 // near 1e-6. A token sent to another expert, or with other weights, moves its logits by about 1e-2
 // in these models, so the bound also checks the routing.
-constexpr double kTolerance = 1e-4;
+constexpr double kTolerance = testing::kReferenceTolerance;
 // fp8rl's router logits are the reference's to about 1e-6, so its probabilities to about 1e-6
 // relative: a token whose k-th and (k+1)-th probabilities are closer than this (relative) could
 // go to another expert in fp8rl. These seeds' closest is about 1e-2.
@@ -276,7 +211,7 @@ TEST(MoeHf, LoadsMoeDirectoriesLikeThePyTorchReference) {
     const fs::path dir = tmp / v.name;
     ASSERT_TRUE(load_model_config(dir).is_moe()) << v.name;
     const MaxError e =
-        compare(fp8rl_forward(dir, batch), reference_outputs(tmp / (std::string(v.name) + ".out")), batch, 300);
+        compare(testing::fp8rl_forward(dir, PrecisionPolicy::fp32(), batch), reference_outputs(tmp / (std::string(v.name) + ".out")), batch, 300);
     EXPECT_GT(e.margin, kMinRouteMargin) << v.name << ": a near tie in the routing; choose another --seed";
     EXPECT_LT(e.logits, kTolerance) << v.name;
     EXPECT_LT(e.logprobs, kTolerance) << v.name;
