@@ -71,7 +71,7 @@ python3 tools/summarize_runs.py runs/long-answers/*-seed*
 build/fp8rl report runs/long-answers/*-seed* -o docs/long-answers.html
 if command -v chromium > /dev/null; then
   profile=$(mktemp -d)
-  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$profile" --window-size=1300,2200 \
+  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --user-data-dir="$profile" --window-size=1600,2300 \
     --virtual-time-budget=5000 --screenshot="$PWD/docs/long-answers.png" "file://$PWD/docs/long-answers.html" 2> /dev/null
   rm -rf "$profile"
 fi
