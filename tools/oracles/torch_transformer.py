@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch oracle of fp8rl's transformer: the same Llama-3 / Qwen3 model in plain torch ops.
+"""PyTorch oracle of fp8rl's transformer: the same Llama-3 / Qwen3 / Qwen3-MoE model in plain torch ops.
 
 Usage (run by tests/model/torch_oracle_test.cc with Debian's /usr/bin/python3):
   torch_transformer.py [--mode fp32,bf16,fp8,bf16attn] [--steps 10] [--lr 1e-3] [--weight-decay 0.1]
-                       [--max-grad-norm 1.0] JOB_DIR [JOB_DIR ...]
+                       [--max-grad-norm 1.0] [--min-router-margin 0] JOB_DIR [JOB_DIR ...]
 Several job directories share one start of Python and torch (about a second).
 
 Inputs, in each JOB_DIR:
@@ -16,6 +16,14 @@ Output, one file per mode, JOB_DIR/MODE.safetensors (all F32):
   grad.NAME            dL/dNAME for every parameter, under its HF name
   sft_losses [steps]   mean NLL over the scored tokens before each of `steps` AdamW steps
   final.NAME           every parameter after those steps
+  MoE models only, per MoE layer L:
+  experts.L [B*T, k]   the experts of each row in the first forward (that of logprobs and grad),
+                       slot by slot, padding rows included
+  step_experts.L [steps, B*T, k]  the same in the forward of each AdamW step
+  router_margin.L []   the smallest gap between the k-th and (k+1)-th router probability over
+                       the real rows in the first forward; the script fails when it is below
+                       --min-router-margin (a near tie that fp8rl could break the other way)
+  step_router_margin.L []  the same over the steps' forwards (reported, not checked)
 
 Modes reproduce fp8rl's precision policy (src/model/transformer.cc, linear.cc):
   fp32  plain float32 everywhere (PrecisionPolicy::fp32(), FP32 LM head)
@@ -26,6 +34,16 @@ Modes reproduce fp8rl's precision policy (src/model/transformer.cc, linear.cc):
   bf16attn  bf16 with policy.attention_precision: bf16 (kernels/attention.h): P rounded to
         bfloat16 after the softmax (whose backward uses the rounded P), the gradient reaching
         the attention output (dO) and the one reaching q k^T (dS, scale included) rounded
+
+Mixture of Experts (model_type qwen3_moe; src/model/moe.cc, moe_routing.cc): layer l's MLP is an
+MoE block where (l + 1) % decoder_sparse_step == 0 and l is not in mlp_only_layers. The router
+is a float32 linear on the (mode-rounded) normed input and is never rounded or quantized; softmax
+in float32, the top k by a stable sort (ties to the lower expert index, as fp8rl: the padding
+rows, whose input is zero, tie exactly), the k weights divided by their sum with norm_topk_prob.
+Each expert is a SwiGLU of the mode's linears over its rows in ascending token order (fp8rl's
+grouping, which fixes the FP8 wgrad's 128x1 token blocks); the k outputs are combined slot by
+slot from zero in float32 and the sum is rounded as one activation. Autograd gives the router its
+gradient through the combine weights only (the choice is piecewise constant).
 
 Debian has no `safetensors` package, so the format (u64 LE header length, JSON header, data)
 is read and written directly.
@@ -383,7 +401,7 @@ def attention_block(policy, cfg, p, prefix, x, cos, sin, B, T, real):
     q = policy.linear(h, p[prefix + "self_attn.q_proj.weight"]).view(N, Hq, D)
     k = policy.linear(h, p[prefix + "self_attn.k_proj.weight"]).view(N, Hkv, D)
     v = policy.linear(h, p[prefix + "self_attn.v_proj.weight"]).view(N, Hkv, D)
-    if cfg["model_type"] == "qwen3":
+    if cfg["model_type"] in ("qwen3", "qwen3_moe"):  # q/k-norm
         q = rms_norm(q, p[prefix + "self_attn.q_norm.weight"], eps)
         k = rms_norm(k, p[prefix + "self_attn.k_norm.weight"], eps)
     q = policy.round(rope(q, cos, sin))
@@ -402,14 +420,54 @@ def mlp_block(policy, cfg, p, prefix, x):
     return policy.round(x + policy.linear(s, p[prefix + "mlp.down_proj.weight"]))
 
 
+def is_moe_layer(cfg, layer):
+    """HF's Qwen3MoeDecoderLayer rule, as ModelConfig::is_moe_layer."""
+    if cfg.get("model_type") != "qwen3_moe" or cfg.get("num_experts", 0) <= 0:
+        return False
+    step = cfg.get("decoder_sparse_step") or 1
+    return (layer + 1) % step == 0 and layer not in (cfg.get("mlp_only_layers") or [])
+
+
+def moe_block(policy, cfg, p, prefix, x, real, routing):
+    """x_next = x + sum_j w_j expert_{e_j}(h), h = norm(x), experts and weights from the router.
+
+    Appends (experts [N, k], smallest k-th vs (k+1)-th probability gap over the real rows) to
+    `routing`."""
+    E, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+    h = policy.round(rms_norm(x, p[prefix + "post_attention_layernorm.weight"], cfg["rms_norm_eps"]))
+    probs = torch.softmax(h @ p[prefix + "mlp.gate.weight"].T, dim=-1)  # FP32 router, never rounded
+    ranked, order = torch.sort(probs.detach(), dim=-1, descending=True, stable=True)
+    experts = order[:, :k]
+    margin = float((ranked[:, k - 1] - ranked[:, k])[real[:, 0] > 0].min()) if k < E else math.inf
+    routing.append((experts, margin))
+    w = probs.gather(1, experts)  # [N, k], slot order
+    if cfg.get("norm_topk_prob", False):
+        w = w / w.sum(dim=-1, keepdim=True)
+    out = torch.zeros(x.shape[0], k, x.shape[1], dtype=torch.float32)
+    for e in range(E):
+        # The expert's (token, slot) pairs, tokens ascending (a token takes an expert once).
+        tokens, slots = (experts == e).nonzero(as_tuple=True)
+        if tokens.numel() == 0:
+            continue  # no gradient for an expert no token chose (fp8rl's is zero too)
+        xe = h[tokens]
+        g = policy.linear(xe, p[prefix + f"mlp.experts.{e}.gate_proj.weight"])
+        u = policy.linear(xe, p[prefix + f"mlp.experts.{e}.up_proj.weight"])
+        s = policy.round(swiglu(g, u))
+        out = out.index_put((tokens, slots), policy.linear(s, p[prefix + f"mlp.experts.{e}.down_proj.weight"]))
+    y = torch.zeros_like(x)
+    for j in range(k):  # slot by slot from zero, in float32
+        y = y + w[:, j:j + 1] * out[:, j]
+    return policy.round(x + policy.round(y))
+
+
 def token_logprobs(logits, targets):
     """log softmax(logits)[target] per row, 0 where the target is -1."""
     lp = torch.log_softmax(logits, dim=-1).gather(1, targets.clamp(min=0)[:, None])[:, 0]
     return torch.where(targets >= 0, lp, torch.zeros_like(lp))
 
 
-def forward(policy, cfg, p, batch, cos_table, sin_table):
-    """Log-probs [B*T] of the batch's targets."""
+def forward(policy, cfg, p, batch, cos_table, sin_table, routing):
+    """Log-probs [B*T] of the batch's targets; each MoE layer appends its routing to `routing`."""
     B, T = batch["tokens"].shape
     tokens = batch["tokens"].reshape(-1).long()
     positions = batch["positions"].reshape(-1).long()
@@ -420,7 +478,10 @@ def forward(policy, cfg, p, batch, cos_table, sin_table):
     for layer in range(cfg["num_hidden_layers"]):
         prefix = f"model.layers.{layer}."
         x = attention_block(policy, cfg, p, prefix, x, cos, sin, B, T, real)
-        x = mlp_block(policy, cfg, p, prefix, x)
+        if is_moe_layer(cfg, layer):
+            x = moe_block(policy, cfg, p, prefix, x, real, routing)
+        else:
+            x = mlp_block(policy, cfg, p, prefix, x)
     h = policy.round(rms_norm(x, p["model.norm.weight"], cfg["rms_norm_eps"]))
     head = p["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else p["lm_head.weight"]
     return token_logprobs(policy.lm_head(h, head), batch["targets"].reshape(-1).long())
@@ -449,18 +510,28 @@ def run_mode(mode, cfg, weights, batch, args):
     out = {}
 
     coeff = batch["coeff"].reshape(-1)
-    lp = forward(policy, cfg, p, batch, cos, sin)
+    routing = []  # (experts, margin) of every MoE layer in every forward, in order
+    lp = forward(policy, cfg, p, batch, cos, sin, routing)
+    moe_layers = [layer for layer in range(cfg["num_hidden_layers"]) if is_moe_layer(cfg, layer)]
+    for layer, (experts, margin) in zip(moe_layers, routing):
+        if margin < args.min_router_margin:
+            raise SystemExit(f"mode {mode}, MoE layer {layer}: the k-th and (k+1)-th router probabilities of a "
+                             f"real row are {margin:.3g} apart, below --min-router-margin "
+                             f"{args.min_router_margin:g}: a near tie that fp8rl could break the other way "
+                             f"(change the weights or the batch)")
+        out[f"experts.{layer}"] = experts.to(torch.float32)
+        out[f"router_margin.{layer}"] = torch.tensor(margin, dtype=torch.float32)
     loss = (coeff.to(torch.float64) * lp.to(torch.float64)).sum()
     loss.backward()
     out["logprobs"] = lp.detach().view(batch["tokens"].shape)
     out["loss"] = loss.detach().to(torch.float32).reshape(())
     for name, t in p.items():
-        out["grad." + name] = t.grad.clone()
+        out["grad." + name] = t.grad.clone() if t.grad is not None else torch.zeros_like(t)
 
     # AdamW on the SFT loss. Weight decay applies to matrices only (embeddings, projections, LM
     # head), as ParamInfo::decay in src/model/params.cc; clipping happens before the update.
     for t in p.values():
-        t.grad = None
+        t.grad = torch.zeros_like(t)  # fp8rl's AdamW updates (and decays) a tensor with no gradient
     matrices = [t for t in p.values() if t.dim() == 2]
     vectors = [t for t in p.values() if t.dim() == 1]
     opt = torch.optim.AdamW([{"params": matrices, "weight_decay": args.weight_decay},
@@ -470,13 +541,18 @@ def run_mode(mode, cfg, weights, batch, args):
     losses = []
     for _ in range(args.steps):
         opt.zero_grad(set_to_none=False)
-        lp = forward(policy, cfg, p, batch, cos, sin)
+        lp = forward(policy, cfg, p, batch, cos, sin, routing)
         nll = -(lp.to(torch.float64) * scored).sum() / scored.sum()
         nll.backward()
         losses.append(float(nll))
         clip_grad_norm(list(p.values()), args.max_grad_norm)
         opt.step()
     out["sft_losses"] = torch.tensor(losses, dtype=torch.float32)
+    for i, layer in enumerate(moe_layers):
+        steps = routing[i + len(moe_layers)::len(moe_layers)]
+        if steps:
+            out[f"step_experts.{layer}"] = torch.stack([e for e, _ in steps]).to(torch.float32)
+            out[f"step_router_margin.{layer}"] = torch.tensor(min(m for _, m in steps), dtype=torch.float32)
     for name, t in p.items():
         out["final." + name] = t.detach().clone()
     return out
@@ -490,6 +566,8 @@ def main():
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--weight-decay", type=float, default=0.1)
     parser.add_argument("--max-grad-norm", type=float, default=1.0)
+    parser.add_argument("--min-router-margin", type=float, default=0.0,
+                        help="MoE: fail when the k-th and (k+1)-th router probabilities of a real row are closer")
     args = parser.parse_args()
     torch.set_num_threads(1)  # deterministic sums; the model is tiny
     modes = args.mode.split(",")
