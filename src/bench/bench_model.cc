@@ -13,6 +13,13 @@
 // steps alternately (one of each per round), so their ratio is not skewed by a change of machine
 // load. The PyTorch peer (tools/bench/torch_train_step.py) runs right after with
 // torch.set_num_threads matching.
+//
+// Mixture of Experts: a Qwen3-MoE shape (--preset small-moe, or a qwen3_moe config.json) runs the
+// same way, and the peer gets the MoE shape too (torch_moe_arguments): its sparse layers are HF's
+// eager per-expert loop (FP32 router, top-k, gather, SwiGLU, index_add). Without --preset or
+// --model the suite runs its own two shapes: `medium` (dense, 8 x 256), then `small-moe` (2 x 512;
+// `tiny` and `tiny-moe` at 2 x 32 with --quick). Every record says which MLP it measured ("mlp",
+// and for MoE "experts", "experts_per_token", "d_expert", "rows_per_expert").
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -107,6 +114,48 @@ namespace {
 constexpr int kThreadCounts[] = {1, 2};
 constexpr const char* kPeerName = "torch_bf16_autocast";
 
+// The MoE flags of tools/bench/torch_train_step.py (empty for a dense model). Kept apart from
+// torch_model_arguments, whose flags torch_decode.py takes too.
+std::string torch_moe_arguments(const ModelConfig& c) {
+  if (!c.is_moe()) return {};
+  std::string layers;
+  for (int64_t l : c.mlp_only_layers) layers += fmt::format("{}{}", layers.empty() ? "" : ",", l);
+  return fmt::format(" --moe-experts {} --moe-top-k {} --moe-d-expert {} --moe-sparse-step {}{}{}", c.num_experts,
+                     c.experts_per_token, c.d_expert, c.decoder_sparse_step,
+                     c.norm_topk_prob ? "" : " --moe-no-norm-topk",
+                     layers.empty() ? "" : " --moe-mlp-only-layers " + layers);
+}
+
+int64_t moe_layer_count(const ModelConfig& c) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < c.n_layers; ++l) n += c.is_moe_layer(l) ? 1 : 0;
+  return n;
+}
+
+// The MLP of the records: dense (d_ff), or the MoE shape and the mean rows of one expert's GEMM
+// (tokens x k / E: each expert runs its gate, up and down over the tokens routed to it).
+void add_mlp_fields(nlohmann::ordered_json& r, const ModelConfig& c, int64_t tokens) {
+  if (!c.is_moe()) {
+    r["mlp"] = "dense";
+    r["d_ff"] = c.d_ff;
+    return;
+  }
+  r["mlp"] = "moe";
+  r["experts"] = c.num_experts;
+  r["experts_per_token"] = c.experts_per_token;
+  r["d_expert"] = c.d_expert;
+  r["norm_topk_prob"] = c.norm_topk_prob;
+  r["moe_layers"] = moe_layer_count(c);
+  r["rows_per_expert"] = static_cast<double>(tokens * c.experts_per_token) / static_cast<double>(c.num_experts);
+}
+
+std::string mlp_description(const ModelConfig& c, int64_t tokens) {
+  if (!c.is_moe()) return fmt::format("dense MLP d_ff {}", c.d_ff);
+  return fmt::format("MoE MLP in {} of {} layers: {} experts, top-{}, d_expert {}, about {} rows per expert GEMM",
+                     moe_layer_count(c), c.n_layers, c.num_experts, c.experts_per_token, c.d_expert,
+                     tokens * c.experts_per_token / c.num_experts);
+}
+
 // The benchmark's model and batch: `medium` at 8 x 256 tokens, `tiny` at 2 x 32 (--quick), or
 // the shape of --preset / --model at 2 x 512 (--batch, --seq override either).
 struct ModelBenchSetup {
@@ -143,12 +192,17 @@ std::string setup_flags(const BenchOptions& o) {
   return f;
 }
 
-// Parameters of the linears (q, k, v, o, gate, up, down and the LM head): 6 flops per parameter
-// per token for forward + backward. Attention's own flops are not counted.
+// Parameters of the linears a token goes through (q, k, v, o, gate, up, down and the LM head;
+// in an MoE layer the router and its k experts' gate, up and down): 6 flops per parameter per
+// token for forward + backward. Attention's own flops are not counted.
 double linear_params(const ModelConfig& c) {
   const double C = static_cast<double>(c.d_model), F = static_cast<double>(c.d_ff);
-  const double per_layer = C * static_cast<double>(c.q_dim()) * 2 + C * static_cast<double>(c.kv_dim()) * 2 + 3 * C * F;
-  return per_layer * static_cast<double>(c.n_layers) + static_cast<double>(c.vocab_size) * C;
+  const double attention = C * static_cast<double>(c.q_dim()) * 2 + C * static_cast<double>(c.kv_dim()) * 2;
+  const double moe_mlp = C * static_cast<double>(c.num_experts) +
+                         static_cast<double>(c.experts_per_token) * 3 * C * static_cast<double>(c.d_expert);
+  double total = static_cast<double>(c.vocab_size) * C;
+  for (int64_t l = 0; l < c.n_layers; ++l) total += attention + (c.is_moe_layer(l) ? moe_mlp : 3 * C * F);
+  return total;
 }
 
 // Child side: BF16 and FP8 training steps at the pool's thread count, timed alternately.
@@ -231,13 +285,14 @@ void run_model_child(const BenchOptions& options, bool quick) {
                                 {"case", cases[i].name},
                                 {"attention", precision_name(cases[i].attention)},
                                 {"preset", s.config.preset},
-                                {"batch", fmt::format("{}x{}", s.B, s.T)},
-                                {"params", num_params},
-                                {"activation_checkpointing", options.checkpointing},
-                                {"threads", threads},
-                                {"seconds", seconds[i]},
-                                {"tokens_per_s", tokens / seconds[i]},
-                                {"linear_gflops", gflops}};
+                                {"batch", fmt::format("{}x{}", s.B, s.T)}};
+    add_mlp_fields(r, s.config, s.B * s.T);
+    r.update(nlohmann::ordered_json{{"params", num_params},
+                                    {"activation_checkpointing", options.checkpointing},
+                                    {"threads", threads},
+                                    {"seconds", seconds[i]},
+                                    {"tokens_per_s", tokens / seconds[i]},
+                                    {"linear_gflops", gflops}});
     if (peak > 0) {
       r["limit"] = limit;
       r["limit_gflops"] = peak * threads;
@@ -275,21 +330,18 @@ std::vector<PeerVariant> peer_variants(bool avx2_or_below) {
 
 }  // namespace
 
-void run_model_bench(const BenchOptions& options, bool quick) {
-  if (std::getenv("FP8RL_BENCH_MODEL_CHILD") != nullptr) {
-    run_model_child(options, quick);
-    return;
-  }
+// One shape: our cases at 1 and 2 threads (child processes), each thread count followed by the peer.
+static void run_model_shape(const BenchOptions& options, bool quick) {
   const bool avx2_or_below = !uses_avx512(resolve_isa(Isa::kAuto));
   const ModelBenchSetup s = model_bench_setup(quick, options);
   const size_t num_cases = s.one_at_a_time ? 2 : 3;
   const std::string exe = self_executable(), script = find_bench_script("torch_train_step.py");
   if (!options.json)
     fmt::print(
-        "# model bench: {} preset, {} x {} tokens per step (forward + backward + AdamW), median of {} "
+        "# model bench: {} preset ({}), {} x {} tokens per step (forward + backward + AdamW), median of {} "
         "steps after a warm-up; peer: PyTorch eager, BF16 autocast ({}); CPU: {}\n",
-        s.config.preset, s.B, s.T, options.repeats, script.empty() ? "script not found" : script,
-        cpu_features().describe());
+        s.config.preset, mlp_description(s.config, s.B * s.T), s.B, s.T, options.repeats,
+        script.empty() ? "script not found" : script, cpu_features().describe());
   for (int threads : kThreadCounts) {
     const std::vector<nlohmann::ordered_json> ours = run_json_lines(
         fmt::format("FP8RL_NUM_THREADS={} FP8RL_BENCH_MODEL_CHILD=1 '{}' bench model --json --repeats {}{}{}", threads,
@@ -305,11 +357,13 @@ void run_model_bench(const BenchOptions& options, bool quick) {
     if (!script.empty()) {
       for (const PeerVariant& v : peer_variants(avx2_or_below)) {
         const auto lines = run_json_lines(
-            fmt::format("{}/usr/bin/python3 '{}' {} --threads {} --repeats {} --batch {} --seq {} --precision {}",
-                        v.env, script, torch_model_arguments(s.config), threads,
+            fmt::format("{}/usr/bin/python3 '{}' {}{} --threads {} --repeats {} --batch {} --seq {} --precision {}",
+                        v.env, script, torch_model_arguments(s.config), torch_moe_arguments(s.config), threads,
                         v.repeats > 0 ? v.repeats : options.repeats, v.batch > 0 ? v.batch : s.B, s.T, v.precision));
         if (lines.empty()) continue;
         nlohmann::ordered_json p = lines.front();
+        p["preset"] = s.config.preset;
+        add_mlp_fields(p, s.config, s.B * s.T);
         p["isa_limit"] = v.isa_limit;
         emit(p, options);
         if (p.contains("error")) continue;  // this variant cannot run under these limits
@@ -337,6 +391,22 @@ void run_model_bench(const BenchOptions& options, bool quick) {
       }
       emit(r, options);
     }
+  }
+}
+
+void run_model_bench(const BenchOptions& options, bool quick) {
+  if (std::getenv("FP8RL_BENCH_MODEL_CHILD") != nullptr) {
+    run_model_child(options, quick);
+    return;
+  }
+  run_model_shape(options, quick);
+  // The suite's own shapes: the dense preset above, then an MoE model (Qwen3-MoE: `small-moe`, 8
+  // experts, 2 per token, at 2 x 512 tokens as `--preset small-moe` runs it; about 30 s), whose
+  // peer runs HF's eager per-expert loop.
+  if (options.preset.empty() && options.model_dir.empty()) {
+    BenchOptions moe = options;
+    moe.preset = quick ? "tiny-moe" : "small-moe";
+    run_model_shape(moe, quick);
   }
 }
 

@@ -17,8 +17,9 @@ void run_numerics_bench(const BenchOptions& options);
 // has it (bench_kernels.cc).
 void run_kernels_bench(const BenchOptions& options);
 
-// Training tokens/s (forward + backward + AdamW) of the `medium` preset, BF16 and FP8, 1 and 2
-// threads, against PyTorch (bench_model.cc). `quick`: the `tiny` preset and a small batch (smoke test).
+// Training tokens/s (forward + backward + AdamW) of the `medium` preset, then of the `small-moe`
+// (Qwen3-MoE) preset, BF16 and FP8, 1 and 2 threads, against PyTorch (bench_model.cc; with a
+// --preset or --model, that shape alone). `quick`: `tiny` and `tiny-moe` at a small batch (smoke test).
 void run_model_bench(const BenchOptions& options, bool quick);
 
 // Generator decode and prefill tokens/s, BF16/FP8 weights and KV cache, against a PyTorch eager
