@@ -38,6 +38,12 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
   return true;
 }
 
+int64_t ModelConfig::num_moe_layers() const {
+  int64_t n = 0;
+  for (int64_t l = 0; l < n_layers; ++l) n += is_moe_layer(l);
+  return n;
+}
+
 ModelConfig model_preset(std::string_view name, int64_t vocab_size) {
   ModelConfig c;
   c.preset = std::string(name);

@@ -43,6 +43,7 @@ struct ModelConfig {
   int64_t kv_dim() const { return n_kv_heads * head_dim; }
   bool is_moe() const { return num_experts > 0; }
   bool is_moe_layer(int64_t layer) const;
+  int64_t num_moe_layers() const;
 };
 
 // Named presets: "tiny" (tests), "small" (the default demo), "medium" (benchmarks, ~25M

@@ -64,11 +64,12 @@ void MoeMlp::refresh_weights(const MoeWeights& w) {
   }
 }
 
-void MoeMlp::forward(float* y, const float* h, int64_t N, MoeActs& a, bool save_for_backward) const {
+void MoeMlp::forward(float* y, const float* h, int64_t N, MoeActs& a, bool save_for_backward,
+                     const int32_t* replay) const {
   const int64_t C = shape_.d_model, F = shape_.d_expert, E = shape_.num_experts, k = shape_.top_k, R = N * k;
   ensure(a.logits, N * E);
   router_.forward(a.logits.data(), h, N, a.router, save_for_backward);
-  route_tokens(a.logits.data(), N, E, k, shape_.norm_topk_prob, a.routing);
+  route_tokens(a.logits.data(), N, E, k, shape_.norm_topk_prob, a.routing, replay);
   group_by_expert(a.routing, a.groups);
   ensure(a.x, R * C), ensure(a.g, R * F), ensure(a.u, R * F), ensure(a.s, R * F), ensure(a.out, R * C);
   gather_expert_inputs(a.x.data(), h, a.groups, C);
@@ -89,7 +90,7 @@ void MoeMlp::forward(float* y, const float* h, int64_t N, MoeActs& a, bool save_
 }
 
 void MoeMlp::backward(float* dh, bool accumulate_dh, const float* dy, const MoeActs& a, const MoeWeights& grads,
-                      MoeGradScratch& scratch) const {
+                      MoeGradScratch& scratch, const float* dprobs) const {
   const int64_t N = a.routing.N, C = shape_.d_model, F = shape_.d_expert, E = shape_.num_experts, k = shape_.top_k;
   const int64_t R = N * k;
   // The combine: d out[row(n, j)] = w[n, j] dy[n], d w[n, j] = dy[n] . out[row(n, j)].
@@ -125,7 +126,7 @@ void MoeMlp::backward(float* dh, bool accumulate_dh, const float* dy, const MoeA
   // The router: through the combine weights only, then its linear.
   std::vector<float>& dlogits = scratch.dlogits;
   dlogits.resize(static_cast<size_t>(N * E));
-  route_backward(dlogits.data(), dweight.data(), a.routing);
+  route_backward(dlogits.data(), dweight.data(), a.routing, dprobs);
   router_.backward(dh, accumulate_dh, grads.router, dlogits.data(), N, a.router);
   // Each token's expert terms, in slot order.
   for (int64_t n = 0; n < N; ++n)

@@ -69,12 +69,17 @@ class MoeMlp {
   const MoeShape& shape() const { return shape_; }
   // Remakes every linear's low-precision copy from the masters (kept by pointer for FP32).
   void refresh_weights(const MoeWeights& masters);
-  // y [N, C] from h [N, C]; `acts` keeps the routing and what backward needs.
-  void forward(float* y, const float* h, int64_t N, MoeActs& acts, bool save_for_backward = true) const;
+  // y [N, C] from h [N, C]; `acts` keeps the routing and what backward needs. `replay` [N, k]:
+  // router replay's experts (route_tokens), or null.
+  void forward(float* y, const float* h, int64_t N, MoeActs& acts, bool save_for_backward = true,
+               const int32_t* replay = nullptr) const;
   // dh [N, C] (+)= the gradient of h given dy [N, C]; the weight gradients are added to `grads`
-  // (one term per tensor, formed from zero; experts no token chose receive none).
+  // (one term per tensor, formed from zero; experts no token chose receive none; a null
+  // grads.router, a frozen router's, receives nothing while the gradient still flows through the
+  // routing weights to h). `dprobs` [N, E]: a gradient of the router's probabilities added (the
+  // load-balancing loss's), or null.
   void backward(float* dh, bool accumulate_dh, const float* dy, const MoeActs& acts, const MoeWeights& grads,
-                MoeGradScratch& scratch) const;
+                MoeGradScratch& scratch, const float* dprobs = nullptr) const;
 
   // The linears in order: router, then per expert gate, up, down.
   std::vector<const Linear*> linears() const;

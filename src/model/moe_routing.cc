@@ -1,5 +1,6 @@
 #include "model/moe_routing.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
@@ -7,13 +8,15 @@
 
 namespace fp8rl {
 
-void route_tokens(const float* logits, int64_t N, int64_t E, int64_t k, bool norm_topk_prob, MoeRouting& out) {
+void route_tokens(const float* logits, int64_t N, int64_t E, int64_t k, bool norm_topk_prob, MoeRouting& out,
+                  const int32_t* replay) {
   FP8RL_CHECK(E > 0 && k > 0 && k <= E, "MoE routing: top {} of {} experts", k, E);
   out.N = N, out.E = E, out.k = k;
   out.norm_topk_prob = norm_topk_prob;
   out.probs.resize(static_cast<size_t>(N * E));
   out.expert.resize(static_cast<size_t>(N * k));
   out.weight.resize(static_cast<size_t>(N * k));
+  out.router_expert.resize(replay != nullptr ? static_cast<size_t>(N * k) : 0);
   for (int64_t n = 0; n < N; ++n) {
     const float* l = logits + n * E;
     float* p = out.probs.data() + n * E;
@@ -37,8 +40,22 @@ void route_tokens(const float* logits, int64_t N, int64_t E, int64_t k, bool nor
         if (!taken && (best < 0 || p[e] > p[best])) best = e;
       }
       ex[j] = static_cast<int32_t>(best);
-      w[j] = p[best];
     }
+    if (replay != nullptr) {
+      std::copy(ex, ex + k, out.router_expert.data() + n * k);
+      const int32_t* given = replay + n * k;
+      if (given[0] >= 0) {
+        for (int64_t j = 0; j < k; ++j) {
+          bool repeated = false;
+          for (int64_t i = 0; i < j; ++i) repeated = repeated || given[i] == given[j];
+          FP8RL_CHECK(given[j] >= 0 && given[j] < E && !repeated,
+                      "MoE router replay: token {} slot {} names expert {} (expected {} distinct experts of 0..{})", n,
+                      j, given[j], k, E - 1);
+        }
+        std::copy(given, given + k, ex);
+      }
+    }
+    for (int64_t j = 0; j < k; ++j) w[j] = p[ex[j]];
     if (norm_topk_prob) {
       float s = 0.0f;
       for (int64_t j = 0; j < k; ++j) s += w[j];
@@ -47,7 +64,7 @@ void route_tokens(const float* logits, int64_t N, int64_t E, int64_t k, bool nor
   }
 }
 
-void route_backward(float* dlogits, const float* dweight, const MoeRouting& r) {
+void route_backward(float* dlogits, const float* dweight, const MoeRouting& r, const float* dprobs) {
   const int64_t E = r.E, k = r.k;
   std::vector<float> dp(static_cast<size_t>(E));
   for (int64_t n = 0; n < r.N; ++n) {
@@ -65,6 +82,8 @@ void route_backward(float* dlogits, const float* dweight, const MoeRouting& r) {
     } else {
       for (int64_t j = 0; j < k; ++j) dp[static_cast<size_t>(ex[j])] = dw[j];
     }
+    if (dprobs != nullptr)
+      for (int64_t e = 0; e < E; ++e) dp[static_cast<size_t>(e)] += dprobs[n * E + e];
     // Softmax: dlogit_e = p_e (dp_e - sum_i p_i dp_i).
     float dot = 0.0f;
     for (int64_t e = 0; e < E; ++e) dot += p[e] * dp[static_cast<size_t>(e)];

@@ -8,7 +8,11 @@
 //   w_j    = p_j / sum_{i<k} p_i                 with norm_topk_prob (the sum in slot order),
 //            p_j                                 without
 //
-// Shapes: logits, probs, dlogits [N, E]; expert, weight, dweight [N, k] (row n, slot j).
+// Router replay (policy.router_replay) gives a token its experts instead: the slots take them in
+// the order given, and their weights are the same function of p (the router still gets gradients
+// through them).
+//
+// Shapes: logits, probs, dlogits [N, E]; expert, weight, dweight, replay [N, k] (row n, slot j).
 #pragma once
 
 #include <cstdint>
@@ -22,14 +26,23 @@ struct MoeRouting {
   std::vector<float> probs;     // [N, E] the router's softmax
   std::vector<int32_t> expert;  // [N, k] slot j's expert of token n
   std::vector<float> weight;    // [N, k] its combine weight
+  // With replay: the router's own top k of every token, the experts it would have chosen
+  // ([N, k]); empty otherwise (then it is `expert`).
+  std::vector<int32_t> router_expert;
+  const std::vector<int32_t>& router_choice() const { return router_expert.empty() ? expert : router_expert; }
 };
 
-// Routes N tokens from their router logits into `out` (its storage reused).
-void route_tokens(const float* logits, int64_t N, int64_t E, int64_t k, bool norm_topk_prob, MoeRouting& out);
+// Routes N tokens from their router logits into `out` (its storage reused). With `replay`
+// [N, k]: token n takes experts replay[n * k ..] where replay[n * k] >= 0 (k distinct experts
+// of [0, E), checked), its own top k where it is -1.
+void route_tokens(const float* logits, int64_t N, int64_t E, int64_t k, bool norm_topk_prob, MoeRouting& out,
+                  const int32_t* replay = nullptr);
 
 // dlogits [N, E] (overwritten): the gradient of the logits given dweight [N, k], the gradient of
-// the combine weights. (The top-k choice is piecewise constant: no gradient flows through it.)
-void route_backward(float* dlogits, const float* dweight, const MoeRouting& routing);
+// the combine weights, and `dprobs` [N, E], a gradient of the probabilities themselves (the
+// load-balancing loss's, moe_load_balance.h), or null. (The top-k choice is piecewise constant:
+// no gradient flows through it.)
+void route_backward(float* dlogits, const float* dweight, const MoeRouting& routing, const float* dprobs = nullptr);
 
 // The (token, slot) pairs of a routing grouped by expert: expert e's pairs are
 // [begin[e], begin[e + 1]), tokens ascending. Each expert then runs once over its tokens.

@@ -55,6 +55,8 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, ParamRange ra
   v_ = AlignedBuffer<float>(static_cast<size_t>(end_ - begin_));
 }
 
+void AdamW::freeze(const std::function<bool(const ParamInfo&)>& frozen) { std::erase_if(tensors_, frozen); }
+
 std::vector<double> AdamW::grad_square_sums(const float* grads) const {
   std::vector<double> partial(static_cast<size_t>(chunks_of(end_ - begin_)), 0.0);
   parallel_for_ranges(end_ - begin_, kChunk, [&](int64_t b, int64_t e) {

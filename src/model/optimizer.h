@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ class AdamW {
   AdamW(const ParamLayout& layout, const AdamWConfig& config, ParamRange range = {});
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return step_; }
+  // Leaves the tensors for which `frozen` holds as they are from now on: no update, no decay.
+  // (Their gradient is expected to be zero: it still enters the global norm.)
+  void freeze(const std::function<bool(const ParamInfo&)>& frozen);
 
   // One update of params from grads with learning rate `lr`: clips grads in place to
   // max_grad_norm (scaling all of them by max_norm / norm when norm is larger) and returns the

@@ -196,6 +196,7 @@ void Transformer::build_linears() {
                    : Linear(std::move(name), n, k, p, policy_.weight_scale_format, policy_.activation_scale_format,
                             round_output);
   };
+  int64_t moe_layers = 0;
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     auto make = [&](const char* suffix, int64_t n, int64_t k) {
       std::string name = layer_param_name(l, suffix);
@@ -209,6 +210,7 @@ void Transformer::build_linears() {
     ll.o = make("self_attn.o_proj.weight", C, config_.q_dim());
     ll.is_moe = config_.is_moe_layer(l);
     if (ll.is_moe) {
+      ll.moe_index = moe_layers++;
       const MoeShape shape{C, config_.d_expert, config_.num_experts, config_.experts_per_token, config_.norm_topk_prob};
       ll.moe = MoeMlp(l, config_.n_layers, shape, policy_, frozen_);
     } else {
@@ -366,6 +368,10 @@ void Transformer::refresh_weights() {
   lm_head_.refresh_weights(w_.lm_head);
 }
 
+bool Transformer::trains(const ParamInfo& t) const {
+  return !(router_frozen_ && std::string_view(t.name).ends_with(".mlp.gate.weight"));
+}
+
 void Transformer::zero_grads() {
   FP8RL_CHECK(!frozen_, "a frozen model has no gradients");
   if (grads_.empty()) {  // released: a new zeroed buffer
@@ -498,6 +504,19 @@ Transformer::RowLayout Transformer::batch_layout(const TokenBatch& batch, const 
     FP8RL_CHECK(target < config_.vocab_size, "{}: target id {} at row {} outside the vocabulary of {}", caller, target,
                 n, config_.vocab_size);
   }
+  if (!batch.experts.empty()) {  // router replay: [N, MoE layers, k] to [MoE layers][N * k]
+    const int64_t L_moe = config_.num_moe_layers();
+    const int64_t k = config_.experts_per_token;
+    FP8RL_CHECK(L_moe > 0, "{}: the batch names experts for router replay, but the model has no MoE layers", caller);
+    FP8RL_CHECK(batch.experts.size() == static_cast<size_t>(N * L_moe * k),
+                "{}: router replay needs B*T x MoE layers x k = {} x {} x {} experts, got {}", caller, N, L_moe, k,
+                batch.experts.size());
+    rows.replay.assign(static_cast<size_t>(L_moe), std::vector<int32_t>(static_cast<size_t>(N * k)));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t m = 0; m < L_moe; ++m)
+        std::copy_n(batch.experts.begin() + (n * L_moe + m) * k, k,
+                    rows.replay[static_cast<size_t>(m)].begin() + n * k);
+  }
   return rows;
 }
 
@@ -612,7 +631,8 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, const float* x, Layer
   // MLP block.
   rmsnorm_forward(a.h2.data(), a.rstd2.data(), a.x_mid.data(), lw.mlp_norm, N, C, config_.norm_eps, bf16_acts);
   if (ll.is_moe) {
-    ll.moe.forward(tmp, a.h2.data(), N, a.moe, save_for_backward);
+    const int32_t* replay = rows.replay.empty() ? nullptr : rows.replay[static_cast<size_t>(ll.moe_index)].data();
+    ll.moe.forward(tmp, a.h2.data(), N, a.moe, save_for_backward, replay);
   } else {
     ll.gate.forward(a.g.data(), a.h2.data(), N, a.cgate, save_for_backward);
     ll.up.forward(a.u.data(), a.h2.data(), N, a.cup, save_for_backward, same_x(ll.up, ll.gate, a.cgate));
@@ -630,9 +650,12 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
   saved_for_backward_ = for_backward && !frozen_;
   qkv_amax_.assign(static_cast<size_t>(config_.n_layers), QkvAmax{});
   routing_.clear();
-  // After layer l's forward into `a`: an MoE layer's experts of every row.
+  load_balance_.reset();
+  // After layer l's forward into `a`: an MoE layer's experts of every row, and its load.
   const auto record_routing = [&](int64_t l, const LayerActs& a) {
-    if (linears_[static_cast<size_t>(l)].is_moe) routing_.push_back(a.moe.routing.expert);
+    if (!linears_[static_cast<size_t>(l)].is_moe) return;
+    routing_.push_back(a.moe.routing.router_choice());
+    load_balance_.add_layer(a.moe.routing, rows_.is_real.data());
   };
   ensure(backward_scratch_.tmp, N * C);  // [N, C] projection output before the residual add
   if (!saved_for_backward_) {
@@ -697,20 +720,38 @@ void Transformer::logits(const std::vector<int64_t>& rows, float* out) {
 
 Transformer::RowLayout Transformer::prefix_layout(const TokenBatch& batch, const RowLayout& padded,
                                                   std::vector<int32_t>* row_of) {
-  // One row per distinct (parent row, token, position), parents first.
+  // One row per distinct (parent row, token, position, replayed experts), parents first.
   RowLayout rows;
-  std::map<std::tuple<int32_t, int32_t, int32_t>, int32_t> child;  // (parent row or -1, token, position) -> row
+  std::map<std::tuple<int32_t, int32_t, int32_t, int32_t>, int32_t> child;  // (parent or -1, token, position, record)
   rows.context_begin = {0};
+  // Router replay: each distinct record of a row (its experts in every MoE layer) gets an id, so
+  // that rows replaying different experts are never shared.
+  const int64_t k = config_.experts_per_token;
+  std::map<std::vector<int32_t>, int32_t> record_ids;
+  const auto record_of = [&](size_t src) {
+    std::vector<int32_t> record;
+    for (const std::vector<int32_t>& layer : padded.replay)
+      record.insert(record.end(), layer.begin() + static_cast<int64_t>(src) * k,
+                    layer.begin() + (static_cast<int64_t>(src) + 1) * k);
+    return record;
+  };
+  rows.replay.resize(padded.replay.size());
   if (row_of != nullptr) row_of->assign(static_cast<size_t>(batch.B * batch.T), -1);
   for (int64_t b = 0; b < batch.B; ++b) {
     int32_t parent = -1;
     for (int32_t t = 0; t < batch.lengths[static_cast<size_t>(b)]; ++t) {
       const size_t src = static_cast<size_t>(b * batch.T + t);
-      const auto [it, added] = child.try_emplace({parent, padded.tokens[src], padded.positions[src]},
-                                                 static_cast<int32_t>(rows.N));
+      int32_t record = 0;
+      if (!padded.replay.empty())
+        record = record_ids.try_emplace(record_of(src), static_cast<int32_t>(record_ids.size())).first->second;
+      const auto [it, added] =
+          child.try_emplace({parent, padded.tokens[src], padded.positions[src], record}, static_cast<int32_t>(rows.N));
       if (added) {
         rows.tokens.push_back(padded.tokens[src]);
         rows.positions.push_back(padded.positions[src]);
+        for (size_t m = 0; m < padded.replay.size(); ++m)
+          rows.replay[m].insert(rows.replay[m].end(), padded.replay[m].begin() + static_cast<int64_t>(src) * k,
+                                padded.replay[m].begin() + (static_cast<int64_t>(src) + 1) * k);
         if (parent >= 0)
           for (int64_t i = rows.context_begin[static_cast<size_t>(parent)];
                i < rows.context_begin[static_cast<size_t>(parent) + 1]; ++i) {
@@ -810,7 +851,10 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
   const size_t residual_bytes = sizeof(float) * static_cast<size_t>(N * C);
   // x_next = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
   if (ll.is_moe) {
-    ll.moe.backward(dh, /*accumulate_dh=*/false, dx, a.moe, lg.moe, w.moe);
+    MoeWeights grads = lg.moe;
+    if (router_frozen_) grads.router = nullptr;
+    ll.moe.backward(dh, /*accumulate_dh=*/false, dx, a.moe, grads, w.moe,
+                    w.aux_dprobs.empty() ? nullptr : w.aux_dprobs.data());
   } else {
     ll.down.backward(ds, /*accumulate_dx=*/false, lg.w_down, dx, N, a.cdown);
     swiglu_backward(dg, du, ds, a.g.data(), a.u.data(), N * F);
@@ -852,7 +896,7 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
   rmsnorm_backward(dx, lg.attn_norm, dh, x, lw.attn_norm, a.rstd1.data(), N, C, /*accumulate_dx=*/true);
 }
 
-void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_rows) {
+void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_rows, double aux_loss_weight) {
   FP8RL_CHECK(B_ > 0, "backward called before forward");
   FP8RL_CHECK(!frozen_, "a frozen model has no backward");
   FP8RL_CHECK(saved_for_backward_, "backward after a forward that did not save for backward (for_backward false)");
@@ -866,6 +910,15 @@ void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_
   ensure(w.datt, N * QD), ensure(w.dq, N * QD), ensure(w.dk, N * KD), ensure(w.dv, N * KD);
   if (config_.qk_norm) ensure(w.dq_raw, N * QD), ensure(w.dk_raw, N * KD);
   float* dx = w.dx.data();
+  // The load-balancing loss: the same gradient of the probabilities at every real row of every MoE
+  // layer (moe_load_balance.h), none at padding.
+  w.aux_dprobs.clear();
+  if (aux_loss_weight != 0.0 && load_balance_.decisions() > 0) {
+    const std::vector<float> g = load_balance_.dprobs(aux_loss_weight);
+    const int64_t E = config_.num_experts;
+    w.aux_dprobs.assign(static_cast<size_t>(N * E), 0.0f);
+    for (int32_t n : rows_.real_rows) std::copy(g.begin(), g.end(), w.aux_dprobs.begin() + int64_t{n} * E);
+  }
 
   lm_head_logprobs_backward(lm_head_, hf_.data(), N, batch_.targets.data(), lse_.data(), dlogprobs, w.dhf.data(),
                             /*accumulate_dx=*/false, g_.lm_head, head_scratch_);

@@ -16,6 +16,7 @@
 #include "model/linear.h"
 #include "model/lm_head.h"
 #include "model/moe.h"
+#include "model/moe_load_balance.h"
 #include "model/params.h"
 #include "model/precision.h"
 
@@ -29,6 +30,10 @@ struct TokenBatch {
   std::vector<int32_t> targets;    // [B*T] the token whose log-prob is wanted at this row; -1 = none
   std::vector<int32_t> positions;  // [B*T] RoPE position (t for right-padded sequences)
   std::vector<int32_t> lengths;    // [B] real tokens of each sequence (the rest is padding)
+  // MoE router replay (policy.router_replay): [B*T, MoE layers, k] the experts row b*T + t takes
+  // in each MoE layer, in slot order (the generator's record); a row whose first slot is -1 takes
+  // the router's own choice. Empty: every token takes the router's choice.
+  std::vector<int32_t> experts;
 
   // A batch of B x T pad tokens with targets -1, positions 0..T-1 and lengths T.
   static TokenBatch empty(int64_t B, int64_t T, int32_t pad_token);
@@ -83,6 +88,13 @@ class Transformer {
   // in its backward) just before its backward. Results are bit-identical either way.
   void set_activation_checkpointing(bool on) { checkpointing_ = on; }
   bool activation_checkpointing() const { return checkpointing_; }
+  // policy.freeze_router (MoE): backward() gives the routers' weights no gradient (the gradient
+  // still flows through the routing weights to each layer's input), and trains() says so, for the
+  // optimizer (AdamW::freeze) to leave them as they are.
+  void set_router_frozen(bool on) { router_frozen_ = on; }
+  bool router_frozen() const { return router_frozen_; }
+  // Whether training changes tensor `t` of layout().
+  bool trains(const ParamInfo& t) const;
 
   // Llama-style initialisation from a seed: N(0, 0.02) matrices (output projections scaled by
   // 1/sqrt(2L)), unit norms. Deterministic; calls refresh_weights().
@@ -96,6 +108,9 @@ class Transformer {
   // layer's activations, no FP8 column-wise copies, the same log-probs; a backward() after it is
   // refused.
   void forward(const TokenBatch& batch, float* logprobs, bool for_backward = true);
+  // MoE: the load-balancing loss of the last forward over its real tokens (moe_load_balance.h);
+  // 0 for a dense model.
+  double moe_aux_loss() const { return load_balance_.loss(); }
   // Logits [rows.size(), V] (FP32) of the given rows of the last forward.
   void logits(const std::vector<int64_t>& rows, float* out);
   // Adds the gradient of sum_n dlogprobs[n] * logprobs[n] to grads(). Uses the last forward.
@@ -107,7 +122,9 @@ class Transformer {
   // gradients summed in position order from zero. (With tied embeddings the LM head's product is
   // the first term of those rows.) With `embedding_rows`, that second term is returned there
   // instead of added.
-  void backward(const float* dlogprobs, EmbeddingRowGrads* embedding_rows = nullptr);
+  // With `aux_loss_weight` (MoE, policy.aux_loss_coef times the micro-batch's share) the gradient
+  // of aux_loss_weight * moe_aux_loss() is added too.
+  void backward(const float* dlogprobs, EmbeddingRowGrads* embedding_rows = nullptr, double aux_loss_weight = 0.0);
   // Adds an embedding-row term (as backward() returns it) to grads().
   void add_embedding_rows(const EmbeddingRowGrads& rows);
   // Frees every buffer a forward or backward sized for its batch (saved activations, gradient
@@ -148,8 +165,9 @@ class Transformer {
     bool operator==(const QkvAmax&) const = default;
   };
   const std::vector<QkvAmax>& last_qkv_amax() const { return qkv_amax_; }
-  // An MoE model's experts of every row of the last forward(): per MoE layer (in layer order),
-  // [N * k], row n's slots at n * k .. n * k + k - 1, best first. Empty for a dense model.
+  // An MoE model's experts of every row of the last forward() as its router chose them (with
+  // replay, the experts it would have taken): per MoE layer (in layer order), [N * k], row n's
+  // slots at n * k .. n * k + k - 1, best first. Empty for a dense model.
   const std::vector<std::vector<int32_t>>& last_routing() const { return routing_; }
   // The calibration forward: what last_qkv_amax() would hold after forward(batch), bit for bit,
   // at a fraction of the cost. A token's q/k/v depend only on its sequence up to it (every kernel
@@ -182,6 +200,7 @@ class Transformer {
     Linear q, k, v, o, gate, up, down;  // gate, up, down: a dense MLP's (empty in an MoE layer)
     MoeMlp moe;                         // an MoE layer's MLP
     bool is_moe = false;
+    int64_t moe_index = -1;  // an MoE layer's place among the MoE layers
     // Every linear of the layer in order (q, k, v, o, then gate, up, down or the MoE block's).
     std::vector<Linear*> all();
     std::vector<const Linear*> all() const;
@@ -227,6 +246,8 @@ class Transformer {
     AttentionShape shape{};          // the batch layout's
     std::vector<int64_t> context_begin;  // [N + 1], prefix layout only
     std::vector<int32_t> context;        // [context_begin[N]]
+    // Router replay: per MoE layer [N * k], TokenBatch::experts of each row; empty: none.
+    std::vector<std::vector<int32_t>> replay;
   };
   // Checks `batch` (every error forward() reports) and returns its batch layout.
   RowLayout batch_layout(const TokenBatch& batch, const char* caller) const;
@@ -271,6 +292,7 @@ class Transformer {
   ParamLayout layout_;
   bool frozen_ = false;
   bool checkpointing_ = false;
+  bool router_frozen_ = false;
   // Trainable: the FP32 masters [num_params]. Frozen: only the 1-D tensors (norms), packed.
   AlignedBuffer<float> params_, grads_;
   WeightPointers w_, g_;
@@ -294,10 +316,12 @@ class Transformer {
   struct BackwardScratch {  // backward's gradient buffers, reused across calls
     AlignedBuffer<float> dhf, dx, dx_mid, dh, ds, dg, du, datt, dq, dk, dv, dq_raw, dk_raw, tmp;
     MoeGradScratch moe;  // MoE layers'
+    std::vector<float> aux_dprobs;  // [N, E] the load-balancing loss's gradient of the router probabilities, or empty
   };
   BackwardScratch backward_scratch_;
   std::vector<QkvAmax> qkv_amax_;
   std::vector<std::vector<int32_t>> routing_;  // last_routing()
+  LoadBalanceStats load_balance_;              // moe_aux_loss()
   std::vector<AttentionE4m3Scales> attention_e4m3_;  // [n_layers] or empty
   // With attention_e4m3_: one layer's q, k, v as E4M3 code values (unscaled) for the attention,
   // which applies the scales per KV head as the generator does, and as the scaled values.

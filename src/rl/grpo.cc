@@ -50,8 +50,10 @@ struct Rollout {
   std::vector<uint16_t> routing;  // MoE models: the generator's experts (GeneratedSequence::routing)
 };
 
-// Right-padded trainer batch of rollouts [begin, end): targets are the response tokens.
-TokenBatch rollout_batch(const std::vector<Rollout>& r, size_t begin, size_t end, int32_t pad) {
+// Right-padded trainer batch of rollouts [begin, end): targets are the response tokens. With
+// `replay_width` (MoE layers x k, policy.router_replay) the batch replays the generator's experts
+// at every position it read (the last token and padding take the router's own choice).
+TokenBatch rollout_batch(const std::vector<Rollout>& r, size_t begin, size_t end, int32_t pad, int64_t replay_width) {
   int64_t T = 1;
   for (size_t i = begin; i < end; ++i) T = std::max<int64_t>(T, static_cast<int64_t>(r[i].prompt.size() + r[i].response.size()));
   TokenBatch b = TokenBatch::empty(static_cast<int64_t>(end - begin), T, pad);
@@ -64,6 +66,17 @@ TokenBatch rollout_batch(const std::vector<Rollout>& r, size_t begin, size_t end
     // that matters; the batch's length counts it so its K/V exist for calibration.
     for (size_t j = 0; j < r[i].response.size(); ++j) b.targets[row0 + r[i].prompt.size() - 1 + j] = r[i].response[j];
     b.lengths[i - begin] = static_cast<int32_t>(r[i].prompt.size() + r[i].response.size());
+  }
+  if (replay_width > 0) {
+    b.experts.assign(static_cast<size_t>(b.B * b.T * replay_width), -1);
+    for (size_t i = begin; i < end; ++i) {
+      const size_t read = r[i].prompt.size() + r[i].response.size() - 1;
+      FP8RL_CHECK(r[i].routing.size() == read * static_cast<size_t>(replay_width),
+                  "router replay: rollout {} has {} routing entries from the generator, expected {} positions x {}", i,
+                  r[i].routing.size(), read, replay_width);
+      std::copy(r[i].routing.begin(), r[i].routing.end(),
+                b.experts.begin() + static_cast<std::ptrdiff_t>((i - begin) * static_cast<size_t>(b.T * replay_width)));
+    }
   }
   return b;
 }
@@ -99,8 +112,8 @@ void count_routing_mismatch(const Transformer& model, const std::vector<Rollout>
 // per rollout (out[i] for rollout i). Through the prefix layout: a prompt's rows are computed
 // once for its G samples and padding costs nothing, with the padded forward's bits.
 void response_logprobs(Transformer& model, std::vector<Rollout>& r, size_t begin, size_t end, int32_t pad,
-                       std::vector<float> Rollout::*field) {
-  const TokenBatch b = rollout_batch(r, begin, end, pad);
+                       int64_t replay_width, std::vector<float> Rollout::*field) {
+  const TokenBatch b = rollout_batch(r, begin, end, pad, replay_width);
   std::vector<float> lp(static_cast<size_t>(b.B * b.T));
   model.prefix_logprobs(b, lp.data());
   for (size_t i = begin; i < end; ++i) {
@@ -224,6 +237,7 @@ class GrpoJob {
   LrSchedule schedule_;
   GenerationEngine generator_;
   bool release_memory_ = false;  // policy.release_memory_between_phases
+  int64_t replay_width_ = 0;     // policy.router_replay: MoE layers x k (0: off)
   bool fp8_kv_ = false;
   KvScaleGranularity kv_granularity_;
   std::vector<QkvScales> kv_scales_;
@@ -291,6 +305,9 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
   // The reference: the low-precision copies the policy's forward reads (no masters, no
   // gradients), taken before a resume loads the checkpoint.
   if (config.loss.reference_policy_kl_penalty > 0) reference_.emplace(policy_.frozen_copy());
+  // (load_job_model refused the MoE options for a dense model.)
+  if (config.router_replay) replay_width_ = policy_.config().num_moe_layers() * policy_.config().experts_per_token;
+  optimizer_.freeze([&](const ParamInfo& t) { return !policy_.trains(t); });
   if (schedule_.total_steps == 0) schedule_.total_steps = config.grpo_max_num_steps * (rollouts_ / global_);
   // Each phase's buffers (the KV cache's pages and the generator's packed weights, the log-prob
   // forwards' scratch, the training activations and gradients) freed when the phase ends, so that
@@ -462,8 +479,8 @@ void GrpoJob::old_logprobs(std::vector<Rollout>& r) {
     for (size_t k = 0; k < micro_batches.size(); ++k) {
       if (!dist::runs_micro_batch(static_cast<int64_t>(k), comm_.rank(), comm_.size())) continue;
       const auto [m0, m1] = micro_batches[k];
-      if (!prev_from_training) response_logprobs(policy_, r, m0, m1, tokenizer_->pad(), &Rollout::prev);
-      if (reference_) response_logprobs(*reference_, r, m0, m1, tokenizer_->pad(), &Rollout::ref);
+      if (!prev_from_training) response_logprobs(policy_, r, m0, m1, tokenizer_->pad(), replay_width_, &Rollout::prev);
+      if (reference_) response_logprobs(*reference_, r, m0, m1, tokenizer_->pad(), replay_width_, &Rollout::ref);
     }
   if (release_memory_) {
     policy_.release_activations();
@@ -486,7 +503,7 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
     // One micro-batch: forward, loss, backward; its metric sums go to every rank.
     const auto run = [&](int64_t k, EmbeddingRowGrads* embedding_rows) {
       const auto [m0, m1] = micro_batches[static_cast<size_t>(k)];
-      const TokenBatch b = rollout_batch(r, m0, m1, pad);
+      const TokenBatch b = rollout_batch(r, m0, m1, pad, replay_width_);
       std::vector<float> lp(static_cast<size_t>(b.B * b.T));
       policy_.forward(b, lp.data());
       GrpoMetricSums routing;
@@ -516,7 +533,13 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
         const size_t start = (i - m0) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
         for (size_t j = 0; j < r[i].response.size(); ++j) dlp[start + j] = grad[n++];
       }
-      policy_.backward(dlp.data(), embedding_rows);
+      // The load-balancing loss, weighted by the micro-batch's share of the optimizer step's sequences.
+      const double share = static_cast<double>(m1 - m0) / static_cast<double>(global_);
+      if (policy_.config().is_moe()) {
+        res.sums.moe_aux_loss = policy_.moe_aux_loss() * share;
+        res.sums.moe_aux_loss_weight = share;
+      }
+      policy_.backward(dlp.data(), embedding_rows, config_.aux_loss_coef * share);
       return dist::to_bytes(res.sums);
     };
     const dist::AccumulateResult acc =
@@ -590,7 +613,10 @@ nlohmann::ordered_json GrpoJob::metrics_line(int64_t step, const StepRollouts& s
     if (std::isfinite(m.token_mult_prob_error_by_length[i]))
       by_length[length_bin_name(i)] = m.token_mult_prob_error_by_length[i];
   line["token_mult_prob_error_by_length"] = by_length;
-  if (policy_.config().is_moe()) line["routing_mismatch"] = finite_or_null(m.routing_mismatch);
+  if (policy_.config().is_moe()) {
+    line["routing_mismatch"] = finite_or_null(m.routing_mismatch);
+    line["moe_aux_loss"] = finite_or_null(m.moe_aux_loss);
+  }
   line["grad_norm"] = finite_or_null(t.grad_norm);
   line["lr"] = t.lr;
   line["skipped_optimizer_steps"] = t.skipped;

@@ -172,6 +172,8 @@ void GrpoMetricSums::merge(const GrpoMetricSums& o) {
   num_sequences += o.num_sequences;
   routing_decisions += o.routing_decisions;
   routing_mismatched += o.routing_mismatched;
+  moe_aux_loss += o.moe_aux_loss;
+  moe_aux_loss_weight += o.moe_aux_loss_weight;
 }
 
 GrpoMetrics GrpoMetricSums::finalize() const {
@@ -198,6 +200,7 @@ GrpoMetrics GrpoMetricSums::finalize() const {
   m.num_nonfinite_logprobs = static_cast<double>(mismatch.num_nonfinite);
   if (routing_decisions > 0)
     m.routing_mismatch = static_cast<double>(routing_mismatched) / static_cast<double>(routing_decisions);
+  if (moe_aux_loss_weight > 0) m.moe_aux_loss = moe_aux_loss / moe_aux_loss_weight;
   return m;
 }
 

@@ -182,6 +182,9 @@ struct GrpoMetrics {
   // MoE models: the fraction of (token, MoE layer) routing decisions where the trainer's k experts
   // differ from the generator's (NaN for a dense model); see GrpoMetricSums::routing_*.
   double routing_mismatch = std::numeric_limits<double>::quiet_NaN();
+  // MoE models: the load-balancing loss of the training forwards (model/moe_load_balance.h; k when
+  // the load is uniform), whether or not policy.aux_loss_coef trains on it (NaN for a dense model).
+  double moe_aux_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Raw sums of one or more micro-batches. merge() then finalize() gives the global values exactly.
@@ -199,6 +202,9 @@ struct GrpoMetricSums {
   int64_t num_tokens = 0, num_sequences = 0;
   // MoE models: (token, MoE layer) decisions compared, and those whose experts differ (any slot).
   int64_t routing_decisions = 0, routing_mismatched = 0;
+  // MoE models: the sum of each micro-batch's load-balancing loss times its weight (its share of
+  // its optimizer step's sequences), and the sum of the weights.
+  double moe_aux_loss = 0, moe_aux_loss_weight = 0;
   void merge(const GrpoMetricSums& o);
   GrpoMetrics finalize() const;
 };

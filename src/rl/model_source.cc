@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "core/check.h"
 #include "model/checkpoint.h"
@@ -39,6 +40,20 @@ std::unique_ptr<Tokenizer> load_job_tokenizer(const RunConfig& config, const Mod
   return load_model_tokenizer(config.model_dir().value_or(""), config.chat_format, model, config.tokenizer);
 }
 
+namespace {
+// The trainer's options of RunConfig, on a model; the MoE ones refused for a dense model.
+void set_training_options(const RunConfig& config, Transformer& model) {
+  model.set_activation_checkpointing(config.activation_checkpointing);
+  const ModelConfig& mc = model.config();
+  for (auto [key, on] : {std::pair{"policy.router_replay: true", config.router_replay},
+                         std::pair{"policy.freeze_router: true", config.freeze_router},
+                         std::pair{"policy.aux_loss_coef > 0", config.aux_loss_coef > 0}})
+    FP8RL_REQUIRE(!on || mc.num_moe_layers() > 0, "{} needs a Mixture-of-Experts model ('{}' has no MoE layers)", key,
+                  config.model_dir().value_or(mc.preset));
+  model.set_router_frozen(config.freeze_router);
+}
+}  // namespace
+
 Transformer load_job_model(const RunConfig& config) {
   if (const std::optional<std::string> dir = config.model_dir()) {
     const ModelConfig model_config = load_model_config(*dir);
@@ -46,12 +61,12 @@ Transformer load_job_model(const RunConfig& config) {
     check_model_directory(*dir, model_config, 16.0, "training");
     Transformer model(model_config, config.trainer_policy());
     load_model_weights(*dir, model);
-    model.set_activation_checkpointing(config.activation_checkpointing);
+    set_training_options(config, model);
     return model;
   }
   Transformer model(config.model_config(), config.trainer_policy());
   model.init_random(static_cast<uint64_t>(config.model_seed));
-  model.set_activation_checkpointing(config.activation_checkpointing);
+  set_training_options(config, model);
   return model;
 }
 

@@ -63,6 +63,18 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("policy.activation_checkpointing", &c.activation_checkpointing, false,
         "keep only each layer's input for backward and recompute the rest layer by layer (the same bits; "
         "about a third more trainer FLOPs, activation memory a layer's instead of the model's)");
+  s.add("policy.router_replay", &c.router_replay, false,
+        "MoE, GRPO: the trainer's forwards take the experts the generator chose for each token (its router "
+        "still computes the weights and gets their gradient); for generators that do not route as the trainer "
+        "does. routing_mismatch still reports the router's own choices");
+  s.add("policy.freeze_router", &c.freeze_router, false,
+        "MoE: the routers' weights are not trained (no gradient, no update, no decay); the gradient still "
+        "flows through the routing weights to the layers below");
+  s.add("policy.aux_loss_coef", &c.aux_loss_coef, 0.0,
+        "MoE: weight of the load-balancing loss (Switch / HF Qwen3-MoE load_balancing_loss_func: E sum_e f_e P_e "
+        "over every MoE layer's real tokens; uniform routing gives k) added to the training loss; reported as "
+        "moe_aux_loss")
+      .at_least(0);
   s.add("policy.fp8_kv_attention", &c.fp8_kv_attention, false,
         "with an FP8 KV cache, the trainer's attention reads the generator's E4M3 Q/K/V values "
         "(same scales; straight-through backward)");

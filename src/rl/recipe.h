@@ -59,6 +59,9 @@ struct RunConfig {
   Precision attention_precision = Precision::kF32;  // policy.attention_precision: fp32 | bf16
   bool fp8_kv_attention = false;            // policy.fp8_kv_attention (with an FP8 KV cache)
   bool activation_checkpointing = false;    // policy.activation_checkpointing
+  bool router_replay = false;               // policy.router_replay (MoE, GRPO)
+  bool freeze_router = false;               // policy.freeze_router (MoE)
+  double aux_loss_coef = 0.0;               // policy.aux_loss_coef (MoE load balancing)
   ReleaseMemory release_memory_between_phases = ReleaseMemory::kAuto;  // policy.release_memory_between_phases
 
   // Optimizer and schedule (policy.optimizer.*, policy.scheduler.*).

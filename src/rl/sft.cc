@@ -29,10 +29,13 @@ TokenBatch make_sft_batch(const std::vector<const SftExample*>& examples, int32_
 }
 
 SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<TokenBatch>& micro_batches, double lr,
-                       const dist::Communicator& comm) {
+                       const dist::Communicator& comm, double aux_loss_coef) {
   SftStepResult r;
-  for (const TokenBatch& b : micro_batches)
+  int64_t sequences = 0;
+  for (const TokenBatch& b : micro_batches) {
     for (int32_t t : b.targets) r.tokens += t >= 0;
+    sequences += b.B;
+  }
   FP8RL_CHECK(r.tokens > 0, "sft_step: the batch scores no tokens");
   // d(mean NLL)/d logprob = -1 / tokens on every scored row of the global batch.
   const float d = -1.0f / static_cast<float>(r.tokens);
@@ -49,7 +52,8 @@ SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<T
       nll -= logprobs[static_cast<size_t>(n)];
       dlogprobs[static_cast<size_t>(n)] = d;
     }
-    model.backward(dlogprobs.data(), embedding_rows);
+    model.backward(dlogprobs.data(), embedding_rows,
+                   aux_loss_coef * static_cast<double>(batch.B) / static_cast<double>(sequences));
     return dist::to_bytes(nll);
   };
   double nll = 0;

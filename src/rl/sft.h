@@ -34,8 +34,10 @@ struct SftStepResult {
 // model's low-precision weights. A non-finite loss or gradient skips the update.
 // Under a communicator of several ranks, each runs its share of the micro-batches
 // (rl/dist/data_parallel.h) and every rank takes the same optimizer step.
+// `aux_loss_coef` (MoE, policy.aux_loss_coef): the weight of the load-balancing loss added, each
+// micro-batch's weighted by its share of the sequences.
 SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<TokenBatch>& micro_batches, double lr,
-                       const dist::Communicator& comm = dist::world());
+                       const dist::Communicator& comm = dist::world(), double aux_loss_coef = 0.0);
 inline SftStepResult sft_step(Transformer& model, AdamW& optimizer, const TokenBatch& batch, double lr) {
   return sft_step(model, optimizer, std::vector<TokenBatch>{batch}, lr);
 }

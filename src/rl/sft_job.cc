@@ -52,6 +52,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   const dist::Communicator& comm = dist::world();
   // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
   AdamW optimizer(model.layout(), config.adam, dist::optimizer_range(model.num_params(), comm.rank(), comm.size()));
+  optimizer.freeze([&](const ParamInfo& t) { return !model.trains(t); });
 
   // Under MPI every rank runs its share of each step's micro-batches (sft_step); rank 0 alone
   // writes the run directory and prints.
@@ -95,7 +96,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
       micro_batches.push_back(make_sft_batch(picks, tok.eos(), tok.pad()));
     }
     const double lr = schedule.lr_at(config.adam.lr, step);
-    const SftStepResult r = sft_step(model, optimizer, micro_batches, lr, comm);
+    const SftStepResult r = sft_step(model, optimizer, micro_batches, lr, comm, config.aux_loss_coef);
     skipped += r.skipped;
     skipped_in_a_row = r.skipped ? skipped_in_a_row + 1 : 0;
     const double seconds = t.seconds();

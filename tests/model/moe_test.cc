@@ -10,8 +10,10 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/rng.h"
 #include "model/moe_routing.h"
 #include "numerics/bf16.h"
@@ -41,6 +43,42 @@ TEST(MoeRouting, SoftmaxTopKWithTiesToTheLowerExpert) {
   route_tokens(logits.data(), 1, 4, 2, /*norm_topk_prob=*/true, r);
   EXPECT_EQ(r.expert, (std::vector<int32_t>{1, 3}));
   EXPECT_EQ(r.weight, (std::vector<float>{0.5f, 0.5f}));
+}
+
+TEST(MoeRouting, ReplayTakesTheGivenExpertsAndKeepsTheRoutersChoice) {
+  const int64_t N = 3, E = 5, k = 2;
+  const std::vector<float> logits = randn(N * E, 1.0f, 4);
+  MoeRouting own, replayed;
+  route_tokens(logits.data(), N, E, k, /*norm_topk_prob=*/true, own);
+  // Token 0 replays two other experts in an order of its own, token 1 the router's choice
+  // reversed, token 2 nothing (-1: its own top k).
+  std::vector<int32_t> others;  // token 0's experts outside its top k, highest index first
+  for (int32_t e = E - 1; e >= 0; --e)
+    if (e != own.expert[0] && e != own.expert[1]) others.push_back(e);
+  const std::vector<int32_t> replay = {others[0], others[1], own.expert[3], own.expert[2], -1, -1};
+  route_tokens(logits.data(), N, E, k, /*norm_topk_prob=*/true, replayed, replay.data());
+  EXPECT_EQ(replayed.probs, own.probs);
+  EXPECT_EQ(replayed.router_choice(), own.expert);
+  EXPECT_EQ(std::vector<int32_t>(replayed.expert.begin(), replayed.expert.begin() + 4),
+            std::vector<int32_t>(replay.begin(), replay.begin() + 4));
+  EXPECT_EQ(std::vector<int32_t>(replayed.expert.begin() + 4, replayed.expert.end()),
+            std::vector<int32_t>(own.expert.begin() + 4, own.expert.end()));
+  for (int64_t n = 0; n < N; ++n) {
+    const float* p = replayed.probs.data() + n * E;
+    const int32_t* ex = replayed.expert.data() + n * k;
+    const float s = p[ex[0]] + p[ex[1]];
+    for (int64_t j = 0; j < k; ++j) EXPECT_EQ(replayed.weight[static_cast<size_t>(n * k + j)], p[ex[j]] / s);
+  }
+  // A record that names an expert twice, or one out of range, is refused with the token and slot.
+  for (const std::vector<int32_t>& bad :
+       {std::vector<int32_t>{1, 1, -1, -1, -1, -1}, std::vector<int32_t>{-1, -1, 0, static_cast<int32_t>(E), -1, -1}}) {
+    try {
+      route_tokens(logits.data(), N, E, k, true, replayed, bad.data());
+      ADD_FAILURE() << "a bad replay record was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("router replay: token"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(MoeRouting, GroupsPairsByExpertWithTokensAscending) {
@@ -180,25 +218,28 @@ TEST(MoeMlp, Fp32ForwardMatchesTheDefinition) {
   }
 }
 
-TEST(MoeMlp, Fp32GradientsMatchFiniteDifferences) {
+// The gradients of every input of the block against finite differences; with `replay`, of the
+// block forced to those experts (the router's gradient then flows through the replayed weights).
+void check_gradients_against_finite_differences(const std::vector<int32_t>& replay) {
   const MoeShape s{/*d_model=*/16, /*d_expert=*/12, /*num_experts=*/5, /*top_k=*/2, /*norm_topk_prob=*/true};
   MoeParams p(s, 0.4f, 3);
   MoeParams grads = MoeParams::zeros_like(p);
   MoeMlp moe(0, 1, s, PrecisionPolicy::fp32());
   const int64_t N = 6;
+  const int32_t* forced = replay.empty() ? nullptr : replay.data();
   std::vector<float> h = randn(N * s.d_model, 1.0f, 9);
   const std::vector<float> dy = randn(N * s.d_model, 1.0f, 10);
   moe.refresh_weights(p.pointers());
   std::vector<float> y(h.size()), dh(h.size());
   MoeActs acts;
-  moe.forward(y.data(), h.data(), N, acts);
+  moe.forward(y.data(), h.data(), N, acts, /*save_for_backward=*/true, forced);
   const std::vector<int32_t> chosen = acts.routing.expert;
   MoeGradScratch scratch;
   moe.backward(dh.data(), /*accumulate_dh=*/false, dy.data(), acts, grads.pointers(), scratch);
   auto loss = [&] {
     MoeActs a;
     std::vector<float> out(h.size());
-    moe.forward(out.data(), h.data(), N, a, /*save_for_backward=*/false);
+    moe.forward(out.data(), h.data(), N, a, /*save_for_backward=*/false, forced);
     EXPECT_EQ(a.routing.expert, chosen) << "a step of the check changed the experts";
     double l = 0.0;
     for (size_t i = 0; i < out.size(); ++i) l += static_cast<double>(dy[i]) * out[i];
@@ -217,6 +258,13 @@ TEST(MoeMlp, Fp32GradientsMatchFiniteDifferences) {
     testing::expect_gradient_matches("down " + std::to_string(e), p.down[e].data(), n, grads.down[e].data(), loss, step,
                                      abs_tol, rel_tol, 7);
   }
+}
+
+TEST(MoeMlp, Fp32GradientsMatchFiniteDifferences) { check_gradients_against_finite_differences({}); }
+
+TEST(MoeMlp, Fp32GradientsWithReplayedExpertsMatchFiniteDifferences) {
+  // Six tokens of top 2 of 5: every expert replayed somewhere, one token left to its router.
+  check_gradients_against_finite_differences({4, 3, 0, 1, -1, -1, 2, 0, 1, 4, 3, 2});
 }
 
 PrecisionPolicy policy_with_linears(Precision linear) {

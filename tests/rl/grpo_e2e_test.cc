@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "model/checkpoint.h"
 #include "rl/grpo.h"
 #include "rl/refit.h"
 #include "rl/sft_job.h"
@@ -228,7 +229,12 @@ TEST(GrpoEndToEnd, SameSeedSameMetricsAndResumeMatchesAnUninterruptedRun) {
 // Qwen3-MoE (tiny-moe) from a short SFT: GRPO bf16 and fp8-e2e agree exactly at every step (the
 // generator routes every token to the trainer's experts: routing_mismatch 0), and activation
 // checkpointing with every phase's memory released gives the same metrics to the bit (the MoE
-// layers' recomputation); fp8-gen's generator routes some decisions differently.
+// layers' recomputation). Router replay changes no bit where every forward runs the generator's
+// weights (one optimizer step per GRPO step, no KL reference: it replays the experts the trainer
+// chooses anyway; after an optimizer step, or in a reference of other weights, it takes the
+// generator's experts where the trainer's router would choose others). fp8-gen's generator routes
+// some decisions differently, and with router replay the trainer takes the generator's experts. A
+// frozen router with the load-balancing loss leaves the routers as they were.
 TEST(GrpoEndToEnd, MoeAgreesExactlyAndCheckpointingGivesTheSameBits) {
   const testing::TempDir tmp;
   std::vector<std::string> task = kEasyTask;
@@ -244,14 +250,20 @@ TEST(GrpoEndToEnd, MoeAgreesExactlyAndCheckpointingGivesTheSameBits) {
   for (const char* recipe : {"grpo-bf16.yaml", "grpo-fp8-e2e.yaml"}) {
     SCOPED_TRACE(recipe);
     std::vector<std::vector<nlohmann::json>> metrics;
-    for (bool checkpointing : {false, true}) {
-      const fs::path run = tmp / (std::string(recipe) + (checkpointing ? "-ckpt" : ""));
+    const std::vector<std::string> one_step = {"policy.train_global_batch_size=64",
+                                               "loss_fn.reference_policy_kl_penalty=0"};
+    const std::vector<std::pair<const char*, std::vector<std::string>>> variants = {
+        {"plain", {}},
+        {"checkpointing", {"policy.release_memory_between_phases=true", "policy.activation_checkpointing=true"}},
+        {"one-step", one_step},
+        {"one-step-replay", {one_step[0], one_step[1], "policy.router_replay=true"}}};
+    for (const auto& [variant, extra] : variants) {
+      const fs::path run = tmp / (std::string(recipe) + "-" + variant);
       std::vector<std::string> o = task;
       o.insert(o.end(), {"model.checkpoint=" + (tmp / "sft" / "checkpoint").string(), "logger.log_dir=" + run.string(),
                          "grpo.max_num_steps=3", "grpo.num_prompts_per_step=8", "grpo.num_generations_per_prompt=8",
                          "policy.train_global_batch_size=32", "policy.train_micro_batch_size=16", "grpo.val_period=0"});
-      if (checkpointing)
-        o.insert(o.end(), {"policy.release_memory_between_phases=true", "policy.activation_checkpointing=true"});
+      o.insert(o.end(), extra.begin(), extra.end());
       ConfigSchema s;
       RunConfig cfg;
       ASSERT_EQ(run_grpo_job(cfg, load(cfg, s, recipe, o), false).steps, 3);
@@ -262,22 +274,68 @@ TEST(GrpoEndToEnd, MoeAgreesExactlyAndCheckpointingGivesTheSameBits) {
       EXPECT_EQ(line["routing_mismatch"].get<double>(), 0.0);
     }
     EXPECT_EQ(metrics[0], metrics[1]);
+    EXPECT_EQ(metrics[2], metrics[3]);
   }
-  // FP8 generation under a BF16 trainer rounds the router's input differently: some decisions differ.
-  const fs::path run = tmp / "fp8-gen";
-  std::vector<std::string> o = task;
-  o.insert(o.end(), {"model.checkpoint=" + (tmp / "sft" / "checkpoint").string(), "logger.log_dir=" + run.string(),
-                     "grpo.max_num_steps=2", "grpo.num_prompts_per_step=8", "grpo.num_generations_per_prompt=8",
-                     "policy.train_global_batch_size=64", "policy.train_micro_batch_size=16", "grpo.val_period=0"});
-  ConfigSchema s;
-  RunConfig cfg;
-  ASSERT_EQ(run_grpo_job(cfg, load(cfg, s, "grpo-fp8-gen.yaml", o), false).steps, 2);
-  for (const auto& line : read_metrics(run, true)) {
-    EXPECT_GT(line["token_mult_prob_error"].get<double>(), 1.0);
-    EXPECT_GT(line["routing_mismatch"].get<double>(), 0.0);
-    EXPECT_LT(line["routing_mismatch"].get<double>(), 0.5);
-    std::printf("MoE fp8-gen: token_mult_prob_error %.5f, routing_mismatch %.5f\n",
-                line["token_mult_prob_error"].get<double>(), line["routing_mismatch"].get<double>());
+  // FP8 generation under a BF16 trainer rounds the router's input differently: some decisions
+  // differ. With replay the trainer takes the generator's experts; routing_mismatch still counts
+  // the decisions its router would have made otherwise.
+  for (bool replay : {false, true}) {
+    const fs::path run = tmp / (replay ? "fp8-gen-replay" : "fp8-gen");
+    std::vector<std::string> o = task;
+    o.insert(o.end(), {"model.checkpoint=" + (tmp / "sft" / "checkpoint").string(), "logger.log_dir=" + run.string(),
+                       "grpo.max_num_steps=2", "grpo.num_prompts_per_step=8", "grpo.num_generations_per_prompt=8",
+                       "policy.train_global_batch_size=64", "policy.train_micro_batch_size=16", "grpo.val_period=0"});
+    if (replay) o.push_back("policy.router_replay=true");
+    ConfigSchema s;
+    RunConfig cfg;
+    ASSERT_EQ(run_grpo_job(cfg, load(cfg, s, "grpo-fp8-gen.yaml", o), false).steps, 2);
+    for (const auto& line : read_metrics(run, true)) {
+      EXPECT_GT(line["token_mult_prob_error"].get<double>(), 1.0);
+      EXPECT_GT(line["routing_mismatch"].get<double>(), 0.0);
+      EXPECT_LT(line["routing_mismatch"].get<double>(), 0.5);
+      std::printf("MoE fp8-gen%s: token_mult_prob_error %.5f, routing_mismatch %.5f\n", replay ? " replay" : "",
+                  line["token_mult_prob_error"].get<double>(), line["routing_mismatch"].get<double>());
+    }
+  }
+  // A frozen router with the load-balancing loss: the routers' weights leave training as they came
+  // (checkpoint to checkpoint), the rest moves, and moe_aux_loss is reported (k = 2 when uniform).
+  {
+    const fs::path run = tmp / "frozen-router-aux";
+    std::vector<std::string> o = task;
+    o.insert(o.end(), {"model.checkpoint=" + (tmp / "sft" / "checkpoint").string(), "logger.log_dir=" + run.string(),
+                       "grpo.max_num_steps=2", "grpo.num_prompts_per_step=8", "grpo.num_generations_per_prompt=8",
+                       "policy.train_global_batch_size=32", "policy.train_micro_batch_size=16", "grpo.val_period=0",
+                       "policy.freeze_router=true", "policy.aux_loss_coef=0.01"});
+    ConfigSchema s;
+    RunConfig cfg;
+    ASSERT_EQ(run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e.yaml", o), false).steps, 2);
+    for (const auto& line : read_metrics(run, true)) {
+      EXPECT_GT(line["moe_aux_loss"].get<double>(), 2.0);
+      EXPECT_LT(line["moe_aux_loss"].get<double>(), 8.0);
+    }
+    std::vector<Transformer> models;
+    for (const fs::path& dir : {tmp / "sft" / "checkpoint", run / "checkpoint"}) {
+      models.emplace_back(load_model_config(dir), PrecisionPolicy{});
+      load_model_weights(dir, models.back());
+    }
+    for (const ParamInfo& t : models[0].layout().tensors()) {
+      const std::vector<float> before(models[0].params() + t.offset, models[0].params() + t.offset + t.shape.numel());
+      const std::vector<float> after(models[1].params() + t.offset, models[1].params() + t.offset + t.shape.numel());
+      if (t.name.ends_with(".mlp.gate.weight")) EXPECT_EQ(before, after) << t.name;
+      if (t.name.ends_with(".mlp.experts.0.up_proj.weight")) EXPECT_NE(before, after) << t.name;
+    }
+  }
+  // The MoE options on a dense model are refused by name.
+  for (const char* option : {"policy.router_replay=true", "policy.freeze_router=true", "policy.aux_loss_coef=0.01"}) {
+    ConfigSchema s;
+    RunConfig cfg;
+    std::vector<std::string> o = grpo_overrides(tmp / "dense-moe-option", 1);
+    o.push_back(option);
+    const std::string key = std::string(option).substr(0, std::string(option).find('='));
+    EXPECT_THAT([&] { run_grpo_job(cfg, load(cfg, s, "grpo-bf16.yaml", o), false); },
+                ::testing::ThrowsMessage<Error>(::testing::AllOf(
+                    ::testing::HasSubstr(key), ::testing::HasSubstr("needs a Mixture-of-Experts model"))))
+        << option;
   }
 }
 
