@@ -83,7 +83,9 @@ TokenBatch rollout_batch(const std::vector<Rollout>& r, size_t begin, size_t end
 
 // MoE models: the trainer's routing in its last forward (rollouts [begin, end) as rollout_batch
 // lays them out, T positions each) against the generator's, into `sums`: one decision per
-// (position read, MoE layer), mismatched when any of its k experts differs.
+// (position read, MoE layer), mismatched when its k experts differ as a set. (The same experts in
+// another slot order, which near-ties of the top probabilities give, are the same decision: with
+// k = 2 they combine to the same bits, the two-term sum being commutative.)
 void count_routing_mismatch(const Transformer& model, const std::vector<Rollout>& r, size_t begin, size_t end,
                             int64_t T, GrpoMetricSums& sums) {
   const std::vector<std::vector<int32_t>>& trainer = model.last_routing();
@@ -94,15 +96,18 @@ void count_routing_mismatch(const Transformer& model, const std::vector<Rollout>
     FP8RL_CHECK(static_cast<int64_t>(r[i].routing.size()) == read * layers * k,
                 "routing of rollout {}: {} entries from the generator, expected {} positions x {} MoE layers x {}", i,
                 r[i].routing.size(), read, layers, k);
+    std::vector<int32_t> ours(static_cast<size_t>(k)), theirs(static_cast<size_t>(k));
     for (int64_t pos = 0; pos < read; ++pos) {
       const int64_t row = static_cast<int64_t>(i - begin) * T + pos;
       for (int64_t l = 0; l < layers; ++l) {
-        bool differs = false;
-        for (int64_t j = 0; j < k; ++j)
-          differs = differs || trainer[static_cast<size_t>(l)][static_cast<size_t>(row * k + j)] !=
-                                   r[i].routing[static_cast<size_t>((pos * layers + l) * k + j)];
+        for (int64_t j = 0; j < k; ++j) {
+          ours[static_cast<size_t>(j)] = trainer[static_cast<size_t>(l)][static_cast<size_t>(row * k + j)];
+          theirs[static_cast<size_t>(j)] = r[i].routing[static_cast<size_t>((pos * layers + l) * k + j)];
+        }
+        std::sort(ours.begin(), ours.end());
+        std::sort(theirs.begin(), theirs.end());
         ++sums.routing_decisions;
-        sums.routing_mismatched += differs;
+        sums.routing_mismatched += ours != theirs;
       }
     }
   }

@@ -179,8 +179,8 @@ struct GrpoMetrics {
   double approx_entropy = 0;  // mean_t -exp(curr - gen) curr: importance-weighted estimate of the
                               // current policy's entropy from generator samples (NeMo RL's)
   double num_tokens = 0, num_sequences = 0, num_nonfinite_logprobs = 0;
-  // MoE models: the fraction of (token, MoE layer) routing decisions where the trainer's k experts
-  // differ from the generator's (NaN for a dense model); see GrpoMetricSums::routing_*.
+  // MoE models: the fraction of (token, MoE layer) routing decisions where the trainer's set of k
+  // experts differs from the generator's (NaN for a dense model); see GrpoMetricSums::routing_*.
   double routing_mismatch = std::numeric_limits<double>::quiet_NaN();
   // MoE models: the load-balancing loss of the training forwards (model/moe_load_balance.h; k when
   // the load is uniform), whether or not policy.aux_loss_coef trains on it (NaN for a dense model).
@@ -200,7 +200,7 @@ struct GrpoMetricSums {
   double probs_ratio_clamped_min = std::numeric_limits<double>::infinity();
   double probs_ratio_clamped_max = -std::numeric_limits<double>::infinity();
   int64_t num_tokens = 0, num_sequences = 0;
-  // MoE models: (token, MoE layer) decisions compared, and those whose experts differ (any slot).
+  // MoE models: (token, MoE layer) decisions compared, and those whose sets of experts differ.
   int64_t routing_decisions = 0, routing_mismatched = 0;
   // MoE models: the sum of each micro-batch's load-balancing loss times its weight (its share of
   // its optimizer step's sequences), and the sum of the weights.

@@ -276,9 +276,10 @@ TEST(GrpoEndToEnd, MoeAgreesExactlyAndCheckpointingGivesTheSameBits) {
     EXPECT_EQ(metrics[0], metrics[1]);
     EXPECT_EQ(metrics[2], metrics[3]);
   }
-  // FP8 generation under a BF16 trainer rounds the router's input differently: some decisions
-  // differ. With replay the trainer takes the generator's experts; routing_mismatch still counts
-  // the decisions its router would have made otherwise.
+  // FP8 generation under a BF16 trainer rounds the router's input differently: the log-probs
+  // differ, and near-ties of the router may choose other experts (routing_mismatch, printed). With
+  // replay the trainer takes the generator's experts; routing_mismatch still counts the decisions
+  // its router would have made otherwise.
   for (bool replay : {false, true}) {
     const fs::path run = tmp / (replay ? "fp8-gen-replay" : "fp8-gen");
     std::vector<std::string> o = task;
@@ -291,7 +292,6 @@ TEST(GrpoEndToEnd, MoeAgreesExactlyAndCheckpointingGivesTheSameBits) {
     ASSERT_EQ(run_grpo_job(cfg, load(cfg, s, "grpo-fp8-gen.yaml", o), false).steps, 2);
     for (const auto& line : read_metrics(run, true)) {
       EXPECT_GT(line["token_mult_prob_error"].get<double>(), 1.0);
-      EXPECT_GT(line["routing_mismatch"].get<double>(), 0.0);
       EXPECT_LT(line["routing_mismatch"].get<double>(), 0.5);
       std::printf("MoE fp8-gen%s: token_mult_prob_error %.5f, routing_mismatch %.5f\n", replay ? " replay" : "",
                   line["token_mult_prob_error"].get<double>(), line["routing_mismatch"].get<double>());
