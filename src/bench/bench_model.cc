@@ -126,12 +126,6 @@ std::string torch_moe_arguments(const ModelConfig& c) {
                      layers.empty() ? "" : " --moe-mlp-only-layers " + layers);
 }
 
-int64_t moe_layer_count(const ModelConfig& c) {
-  int64_t n = 0;
-  for (int64_t l = 0; l < c.n_layers; ++l) n += c.is_moe_layer(l) ? 1 : 0;
-  return n;
-}
-
 // The MLP of the records: dense (d_ff), or the MoE shape and the mean rows of one expert's GEMM
 // (tokens x k / E: each expert runs its gate, up and down over the tokens routed to it).
 void add_mlp_fields(nlohmann::ordered_json& r, const ModelConfig& c, int64_t tokens) {
@@ -145,14 +139,14 @@ void add_mlp_fields(nlohmann::ordered_json& r, const ModelConfig& c, int64_t tok
   r["experts_per_token"] = c.experts_per_token;
   r["d_expert"] = c.d_expert;
   r["norm_topk_prob"] = c.norm_topk_prob;
-  r["moe_layers"] = moe_layer_count(c);
+  r["moe_layers"] = c.num_moe_layers();
   r["rows_per_expert"] = static_cast<double>(tokens * c.experts_per_token) / static_cast<double>(c.num_experts);
 }
 
 std::string mlp_description(const ModelConfig& c, int64_t tokens) {
   if (!c.is_moe()) return fmt::format("dense MLP d_ff {}", c.d_ff);
   return fmt::format("MoE MLP in {} of {} layers: {} experts, top-{}, d_expert {}, about {} rows per expert GEMM",
-                     moe_layer_count(c), c.n_layers, c.num_experts, c.experts_per_token, c.d_expert,
+                     c.num_moe_layers(), c.n_layers, c.num_experts, c.experts_per_token, c.d_expert,
                      tokens * c.experts_per_token / c.num_experts);
 }
 

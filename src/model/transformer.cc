@@ -728,30 +728,28 @@ Transformer::RowLayout Transformer::prefix_layout(const TokenBatch& batch, const
   // that rows replaying different experts are never shared.
   const int64_t k = config_.experts_per_token;
   std::map<std::vector<int32_t>, int32_t> record_ids;
-  const auto record_of = [&](size_t src) {
-    std::vector<int32_t> record;
-    for (const std::vector<int32_t>& layer : padded.replay)
-      record.insert(record.end(), layer.begin() + static_cast<int64_t>(src) * k,
-                    layer.begin() + (static_cast<int64_t>(src) + 1) * k);
-    return record;
-  };
+  std::vector<int32_t> record;  // a row's experts, MoE layer by layer
   rows.replay.resize(padded.replay.size());
   if (row_of != nullptr) row_of->assign(static_cast<size_t>(batch.B * batch.T), -1);
   for (int64_t b = 0; b < batch.B; ++b) {
     int32_t parent = -1;
     for (int32_t t = 0; t < batch.lengths[static_cast<size_t>(b)]; ++t) {
       const size_t src = static_cast<size_t>(b * batch.T + t);
-      int32_t record = 0;
-      if (!padded.replay.empty())
-        record = record_ids.try_emplace(record_of(src), static_cast<int32_t>(record_ids.size())).first->second;
-      const auto [it, added] =
-          child.try_emplace({parent, padded.tokens[src], padded.positions[src], record}, static_cast<int32_t>(rows.N));
+      record.clear();
+      for (const std::vector<int32_t>& layer : padded.replay)
+        record.insert(record.end(), layer.begin() + static_cast<int64_t>(src) * k,
+                      layer.begin() + (static_cast<int64_t>(src) + 1) * k);
+      const int32_t record_id =
+          padded.replay.empty() ? 0
+                                : record_ids.try_emplace(record, static_cast<int32_t>(record_ids.size())).first->second;
+      const auto [it, added] = child.try_emplace({parent, padded.tokens[src], padded.positions[src], record_id},
+                                                 static_cast<int32_t>(rows.N));
       if (added) {
         rows.tokens.push_back(padded.tokens[src]);
         rows.positions.push_back(padded.positions[src]);
         for (size_t m = 0; m < padded.replay.size(); ++m)
-          rows.replay[m].insert(rows.replay[m].end(), padded.replay[m].begin() + static_cast<int64_t>(src) * k,
-                                padded.replay[m].begin() + (static_cast<int64_t>(src) + 1) * k);
+          rows.replay[m].insert(rows.replay[m].end(), record.begin() + static_cast<int64_t>(m) * k,
+                                record.begin() + static_cast<int64_t>(m + 1) * k);
         if (parent >= 0)
           for (int64_t i = rows.context_begin[static_cast<size_t>(parent)];
                i < rows.context_begin[static_cast<size_t>(parent) + 1]; ++i) {
