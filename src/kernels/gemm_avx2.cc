@@ -105,6 +105,10 @@ void pack_rows(const T* src, int64_t ld, int64_t r0, int rows, int tile, int64_t
         } else {
           v[i] = n == 8 ? load8(base + i * ld + k) : load_partial(base + i * ld + k, n);
         }
+        // The next panel's rows, a line at a time: the driver packs panels of consecutive rows,
+        // more streams than the hardware prefetcher follows (as in the AVX-512 packer).
+        if (k * static_cast<int64_t>(sizeof(T)) % 64 == 0)
+          _mm_prefetch(reinterpret_cast<const char*>(base + (i + tile) * ld + k), _MM_HINT_T0);
       }
       avx2::transpose8(v);
       for (int j = 0; j < n; ++j) store_lanes(out + (k + j) * tile + g, v[j], lanes);
