@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -20,21 +21,46 @@ void check_shape(const AttentionShape& s) {
               "attention: bad shape B={} T={} Hq={} Hkv={} D={}", s.B, s.T, s.Hq, s.Hkv, s.D);
 }
 
+// The key and value rows of one (sequence, kv head) as the row function reads them.
+struct KvRows {
+  const void* k;
+  const void* v;
+  int64_t stride;  // elements from one position to the next
+  DType element;
+};
+
+// Sequence b's rows of kv head g. With `bf16` they are narrowed once to their BF16 operands (the
+// top 16 bits of each FP32 element, which is what the bf16 row function multiplies: the same bits
+// whatever the values) into `words` [2][T][D]: the row function then reads BF16 rows in place, as
+// it reads the generator's BF16 KV pages, instead of narrowing them again for every call.
+KvRows kv_rows(const float* k, const float* v, const AttentionShape& s, int64_t b, int64_t g, bool bf16,
+               std::vector<uint16_t>& words) {
+  const int64_t ldkv = s.Hkv * s.D, offset = b * s.T * ldkv + g * s.D;
+  if (!bf16) return {k + offset, v + offset, ldkv, DType::kF32};
+  words.resize(static_cast<size_t>(2 * s.T * s.D));
+  uint16_t* out = words.data();
+  for (const float* src : {k + offset, v + offset})
+    for (int64_t t = 0; t < s.T; ++t)
+      for (int64_t d = 0; d < s.D; ++d)
+        *out++ = static_cast<uint16_t>(std::bit_cast<uint32_t>(src[t * ldkv + d]) >> 16);
+  return {words.data(), words.data() + s.T * s.D, s.D, DType::kBF16};
+}
+
 // The queries of rows [t0, t0 + rows) of sequence b, for the query heads of kv head g, in the
 // order attention_forward issues them (row-major, heads inner): head h's row t writes its
 // output to o_at(t, h) and its probabilities to p_at(t, h), which the caller sizes for t + 1.
 template <typename OAt, typename PAt>
-void attend_rows(const float* q, const float* k, const float* v, const AttentionShape& s, int64_t b, int64_t g,
-                 int64_t t0, int64_t rows, bool bf16, const AttentionHeadScales* head_scales, OAt o_at, PAt p_at,
+void attend_rows(const float* q, const KvRows& kv, const AttentionShape& s, int64_t b, int64_t g, int64_t t0,
+                 int64_t rows, bool bf16, const AttentionHeadScales* head_scales, OAt o_at, PAt p_at,
                  std::vector<AttentionQuery>& queries) {
-  const int64_t ldq = s.Hq * s.D, ldkv = s.Hkv * s.D, group = s.Hq / s.Hkv, h0 = g * group;
+  const int64_t ldq = s.Hq * s.D, group = s.Hq / s.Hkv, h0 = g * group;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   queries.clear();
   for (int64_t t = t0; t < t0 + rows; ++t)
     for (int64_t h = h0; h < h0 + group; ++h)
       queries.push_back({q + (b * s.T + t) * ldq + h * s.D, o_at(t, h), p_at(t, h), t + 1});
-  const AttentionRows causal{k + b * s.T * ldkv + g * s.D, v + b * s.T * ldkv + g * s.D, t0 + rows};  // stride ldkv
-  attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, ldkv, DType::kF32,
+  const AttentionRows causal{kv.k, kv.v, t0 + rows};
+  attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, kv.stride, kv.element,
                        head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f, bf16);
 }
 
@@ -54,11 +80,13 @@ void attention_forward(float* o, const float* q, const float* k, const float* v,
     const int64_t b = task / s.Hkv, g = task % s.Hkv;
     thread_local std::vector<float> probs;  // [kRowsPerCall * group, T]
     thread_local std::vector<AttentionQuery> queries;
+    thread_local std::vector<uint16_t> kv_words;
     probs.resize(static_cast<size_t>(kRowsPerCall * group * s.T));
+    const KvRows kv = kv_rows(k, v, s, b, g, bf16, kv_words);
     for (int64_t t0 = 0; t0 < s.T; t0 += kRowsPerCall) {
       const int64_t rows = std::min(kRowsPerCall, s.T - t0);
       attend_rows(
-          q, k, v, s, b, g, t0, rows, bf16, head_scales,
+          q, kv, s, b, g, t0, rows, bf16, head_scales,
           [&](int64_t t, int64_t h) { return o + (b * s.T + t) * ldq + h * s.D; },
           [&](int64_t t, int64_t h) { return probs.data() + ((t - t0) * group + h - g * group) * s.T; }, queries);
     }
@@ -84,13 +112,14 @@ constexpr int64_t kBlock = 64;
 // forward's row function from its inputs (probabilities only, no value pass): probs
 // [group][tn][width] (width = t0 + tn), zero past each row's causal length.
 void recompute_probs(std::vector<float>& probs, std::vector<AttentionQuery>& queries, const AttentionForwardInputs& in,
-                     const AttentionShape& s, int64_t b, int64_t g, int64_t t0, int64_t tn, bool bf16) {
+                     const KvRows& kv, const AttentionShape& s, int64_t b, int64_t g, int64_t t0, int64_t tn,
+                     bool bf16) {
   const int64_t group = s.Hq / s.Hkv, width = t0 + tn;
   probs.resize(static_cast<size_t>(group * tn * width));
   for (int64_t r0 = t0; r0 < t0 + tn; r0 += kRowsPerCall) {
     const int64_t rows = std::min(kRowsPerCall, t0 + tn - r0);
     attend_rows(
-        in.q, in.k, in.v, s, b, g, r0, rows, bf16, in.head_scales, [](int64_t, int64_t) -> float* { return nullptr; },
+        in.q, kv, s, b, g, r0, rows, bf16, in.head_scales, [](int64_t, int64_t) -> float* { return nullptr; },
         [&](int64_t t, int64_t h) { return probs.data() + ((h - g * group) * tn + t - t0) * width; }, queries);
   }
   for (int64_t i = 0; i < group; ++i)
@@ -126,6 +155,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     thread_local std::vector<AttentionQuery> queries;
     // BF16 operands: K and V of the kv head, Q and dO of each query head [T, D]; P and dS of a block.
     thread_local std::vector<bf16_t> kb, vb, qb, ob, pb, sb;
+    thread_local std::vector<uint16_t> kv_words;  // the forward's K and V rows (kv_rows)
+    const KvRows kv = kv_rows(in.k, in.v, s, b, g, bf16, kv_words);
     if (bf16) {
       kb.resize(static_cast<size_t>(T * D)), vb.resize(static_cast<size_t>(T * D));
       qb.resize(static_cast<size_t>(group * T * D)), ob.resize(static_cast<size_t>(group * T * D));
@@ -139,7 +170,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     }
     for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
       const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn;
-      recompute_probs(probs, queries, in, s, b, g, t0, tn, bf16);
+      recompute_probs(probs, queries, in, kv, s, b, g, t0, tn, bf16);
       ds.resize(static_cast<size_t>(tn * width));
       for (int64_t i = 0; i < group; ++i) {
         const int64_t q_off = b * T * ldq + (g * group + i) * D;
