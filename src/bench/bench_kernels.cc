@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cinttypes>
 #include <cstdio>
@@ -415,7 +416,8 @@ void run_kernels_bench(const BenchOptions& options) {
     const QuantizedTensor g =
         quantize(TensorView::contiguous(const_cast<float*>(dy.data()), DType::kF32, Shape{s.M, s.N}),
                  ScalingMode::kRows1x128, ScaleFormat::kFp32, /*with_columnwise=*/true);
-    std::vector<float> c(static_cast<size_t>(std::max(s.M, s.N) * std::max(s.N, s.K)));
+    // The largest output of the cases: fprop [M, N], dgrad [M, K], wgrad [N, K].
+    std::vector<float> c(static_cast<size_t>(std::max({s.M * s.N, s.M * s.K, s.N * s.K})));
     const bool cube = s.M == s.N && s.N == s.K;
     struct Case {
       const char* name;
