@@ -1,5 +1,6 @@
 #include "rl/sft.h"
 
+#include <array>
 #include <cmath>
 
 #include "core/check.h"
@@ -52,15 +53,20 @@ SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<T
       nll -= logprobs[static_cast<size_t>(n)];
       dlogprobs[static_cast<size_t>(n)] = d;
     }
-    model.backward(dlogprobs.data(), embedding_rows,
-                   aux_loss_coef * static_cast<double>(batch.B) / static_cast<double>(sequences));
-    return dist::to_bytes(nll);
+    const double share = static_cast<double>(batch.B) / static_cast<double>(sequences);
+    model.backward(dlogprobs.data(), embedding_rows, aux_loss_coef * share);
+    const double aux = model.config().is_moe() ? model.moe_aux_loss() * share : 0.0;
+    return dist::to_bytes(std::array<double, 2>{nll, aux});
   };
-  double nll = 0;
+  double nll = 0, aux = 0;
   for (const std::vector<std::byte>& bytes :
-       dist::accumulate_gradients(comm, model, static_cast<int64_t>(micro_batches.size()), run).outputs)
-    nll += dist::from_bytes<double>(bytes);
+       dist::accumulate_gradients(comm, model, static_cast<int64_t>(micro_batches.size()), run).outputs) {
+    const auto sums = dist::from_bytes<std::array<double, 2>>(bytes);
+    nll += sums[0];
+    aux += sums[1];
+  }
   r.loss = nll / static_cast<double>(r.tokens);
+  if (model.config().is_moe()) r.moe_aux_loss = aux;
   if (!std::isfinite(r.loss)) {
     r.skipped = true;
     r.grad_norm = r.loss;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "model/optimizer.h"
@@ -27,6 +28,9 @@ struct SftStepResult {
   int64_t tokens = 0;    // scored tokens
   double grad_norm = 0;  // before clipping; non-finite means the step was skipped
   bool skipped = false;
+  // MoE: the load-balancing loss (model/moe_load_balance.h) of the step, each micro-batch's
+  // weighted by its share of the sequences, whether or not it is trained on; NaN for a dense model.
+  double moe_aux_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 // One optimizer step on the mean token NLL over all micro-batches (gradients accumulate; the

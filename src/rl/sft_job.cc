@@ -103,6 +103,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     nlohmann::ordered_json line = {{"step", step + 1}, {"loss", r.loss},  {"grad_norm", r.grad_norm},
                                    {"lr", lr},         {"tokens", r.tokens}, {"tokens_per_s", r.tokens / seconds},
                                    {"skipped", r.skipped}};
+    if (model.config().is_moe()) line["moe_aux_loss"] = r.moe_aux_loss;
     const bool last = step + 1 == config.sft_max_num_steps;
     if (config.sft_val_period > 0 && (step + 1) % config.sft_val_period == 0 && !last) {
       line["val_accuracy"] = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);

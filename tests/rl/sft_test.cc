@@ -1,14 +1,16 @@
 // SFT end to end on a tiny model and a toy task (answer = the prompt reversed): the loss falls
 // and greedy decoding with the trainer reproduces the answers.
+#include "rl/sft.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "core/check.h"
 #include "core/rng.h"
 #include "rl/evaluate.h"
-#include "rl/sft.h"
 #include "tasks/char_tokenizer.h"
 #include "tasks/running_sum.h"
 
@@ -90,6 +92,44 @@ TEST_P(SftLearns, AToyTaskAndGreedyDecodingReproducesIt) {
   int correct = 0;
   for (int i = 0; i < 16; ++i) correct += out[static_cast<size_t>(i)] == data[static_cast<size_t>(i)].answer;
   EXPECT_GE(correct, 12) << "greedy answers correct: " << correct << " of 16";
+}
+
+// The step reports the MoE load-balancing loss (a dense model: NaN): one micro-batch's is the
+// model's own figure after a forward of it; two halves weighted by their share of the sequences
+// come near it (the loss is a product of two means over the rows, so not exactly additive).
+TEST(Sft, ReportsTheMoeLoadBalancingLoss) {
+  const std::vector<SftExample> data = reverse_task(8, 3);
+  std::vector<const SftExample*> all, first, second;
+  for (size_t i = 0; i < data.size(); ++i) {
+    all.push_back(&data[i]);
+    (i < data.size() / 2 ? first : second).push_back(&data[i]);
+  }
+  ModelConfig c = model_preset("tiny-moe", 10);
+  c.max_seq_len = 16;
+  auto step = [&](const std::vector<TokenBatch>& batches) {
+    Transformer model(c, PrecisionPolicy::fp32());
+    model.init_random(5);
+    AdamW opt(model.layout(), AdamWConfig{});
+    return sft_step(model, opt, batches, 1e-3);
+  };
+  const TokenBatch whole = make_sft_batch(all, kEos, kPad);
+  const double one = step({whole}).moe_aux_loss;
+  const double two = step({make_sft_batch(first, kEos, kPad), make_sft_batch(second, kEos, kPad)}).moe_aux_loss;
+  ASSERT_TRUE(std::isfinite(one));
+  EXPECT_GT(one, 0.0);
+  EXPECT_NEAR(two, one, 0.01 * one) << "one micro-batch " << one << ", two " << two;
+  Transformer fresh(c, PrecisionPolicy::fp32());
+  fresh.init_random(5);
+  std::vector<float> lp(static_cast<size_t>(whole.B * whole.T));
+  fresh.forward(whole, lp.data());
+  EXPECT_DOUBLE_EQ(one, fresh.moe_aux_loss());
+
+  ModelConfig dense = model_preset("tiny", 10);
+  dense.max_seq_len = 16;
+  Transformer model(dense, PrecisionPolicy::fp32());
+  model.init_random(5);
+  AdamW opt(model.layout(), AdamWConfig{});
+  EXPECT_TRUE(std::isnan(sft_step(model, opt, whole, 1e-3).moe_aux_loss));
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, SftLearns, ::testing::Values(Precision::kF32, Precision::kBF16, Precision::kFP8),
