@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/isa_dispatch.h"
 #include "core/thread_pool.h"
 #include "kernels/attention_row.h"
 #include "kernels/gemm.h"
@@ -27,23 +28,46 @@ struct KvRows {
   const void* v;
   int64_t stride;  // elements from one position to the next
   DType element;
+  const uint32_t* key_pairs = nullptr;  // AttentionRows::key_pairs, or none
+  int64_t key_pairs_ld = 0;
 };
+
+// The BF16 operand word of an FP32 element: its top 16 bits.
+uint16_t high_word(float x) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(x) >> 16); }
 
 // Sequence b's rows of kv head g. With `bf16` they are narrowed once to their BF16 operands (the
 // top 16 bits of each FP32 element, which is what the bf16 row function multiplies: the same bits
 // whatever the values) into `words` [2][T][D]: the row function then reads BF16 rows in place, as
-// it reads the generator's BF16 KV pages, instead of narrowing them again for every call.
+// it reads the generator's BF16 KV pages, instead of narrowing them again for every call. Where
+// the row function runs on AVX-512, the keys also go into `pairs` transposed
+// (AttentionRows::key_pairs: [ceil(D / 32) * 16][T rounded up to 16]), from which it scores 16
+// keys at a time.
 KvRows kv_rows(const float* k, const float* v, const AttentionShape& s, int64_t b, int64_t g, bool bf16,
-               std::vector<uint16_t>& words) {
+               std::vector<uint16_t>& words, std::vector<uint32_t>& pairs) {
   const int64_t ldkv = s.Hkv * s.D, offset = b * s.T * ldkv + g * s.D;
   if (!bf16) return {k + offset, v + offset, ldkv, DType::kF32};
   words.resize(static_cast<size_t>(2 * s.T * s.D));
   uint16_t* out = words.data();
   for (const float* src : {k + offset, v + offset})
     for (int64_t t = 0; t < s.T; ++t)
-      for (int64_t d = 0; d < s.D; ++d)
-        *out++ = static_cast<uint16_t>(std::bit_cast<uint32_t>(src[t * ldkv + d]) >> 16);
-  return {words.data(), words.data() + s.T * s.D, s.D, DType::kBF16};
+      for (int64_t d = 0; d < s.D; ++d) *out++ = high_word(src[t * ldkv + d]);
+  KvRows rows{words.data(), words.data() + s.T * s.D, s.D, DType::kBF16};
+  static const bool transposed = uses_avx512(resolve_isa(Isa::kAuto));
+  if (!transposed) return rows;
+  // An odd number of cache lines from one pair's keys to the next: a power-of-two stride would put
+  // the 64 lines a block of 16 keys reads into two L1 sets.
+  const int64_t lines = (s.T + 15) / 16, ld = (lines % 2 == 0 ? lines + 1 : lines) * 16;
+  const int64_t num_pairs = (s.D + 31) / 32 * 16;
+  pairs.assign(static_cast<size_t>(num_pairs * ld), 0u);
+  const uint16_t* key_words = words.data();
+  for (int64_t t = 0; t < s.T; ++t)
+    for (int64_t p = 0; 2 * p < s.D; ++p) {
+      const uint32_t odd = 2 * p + 1 < s.D ? key_words[t * s.D + 2 * p + 1] : 0u;
+      pairs[static_cast<size_t>(p * ld + t)] = odd << 16 | key_words[t * s.D + 2 * p];
+    }
+  rows.key_pairs = pairs.data();
+  rows.key_pairs_ld = ld;
+  return rows;
 }
 
 // The queries of rows [t0, t0 + rows) of sequence b, for the query heads of kv head g, in the
@@ -59,7 +83,7 @@ void attend_rows(const float* q, const KvRows& kv, const AttentionShape& s, int6
   for (int64_t t = t0; t < t0 + rows; ++t)
     for (int64_t h = h0; h < h0 + group; ++h)
       queries.push_back({q + (b * s.T + t) * ldq + h * s.D, o_at(t, h), p_at(t, h), t + 1});
-  const AttentionRows causal{kv.k, kv.v, t0 + rows};
+  const AttentionRows causal{kv.k, kv.v, t0 + rows, kv.key_pairs, kv.key_pairs_ld};
   attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &causal, 1, s.D, kv.stride, kv.element,
                        head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f, bf16);
 }
@@ -81,8 +105,9 @@ void attention_forward(float* o, const float* q, const float* k, const float* v,
     thread_local std::vector<float> probs;  // [kRowsPerCall * group, T]
     thread_local std::vector<AttentionQuery> queries;
     thread_local std::vector<uint16_t> kv_words;
+    thread_local std::vector<uint32_t> key_pairs;
     probs.resize(static_cast<size_t>(kRowsPerCall * group * s.T));
-    const KvRows kv = kv_rows(k, v, s, b, g, bf16, kv_words);
+    const KvRows kv = kv_rows(k, v, s, b, g, bf16, kv_words, key_pairs);
     for (int64_t t0 = 0; t0 < s.T; t0 += kRowsPerCall) {
       const int64_t rows = std::min(kRowsPerCall, s.T - t0);
       attend_rows(
@@ -156,7 +181,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     // BF16 operands: K and V of the kv head, Q and dO of each query head [T, D]; P and dS of a block.
     thread_local std::vector<bf16_t> kb, vb, qb, ob, pb, sb;
     thread_local std::vector<uint16_t> kv_words;  // the forward's K and V rows (kv_rows)
-    const KvRows kv = kv_rows(in.k, in.v, s, b, g, bf16, kv_words);
+    thread_local std::vector<uint32_t> key_pairs;
+    const KvRows kv = kv_rows(in.k, in.v, s, b, g, bf16, kv_words, key_pairs);
     if (bf16) {
       kb.resize(static_cast<size_t>(T * D)), vb.resize(static_cast<size_t>(T * D));
       qb.resize(static_cast<size_t>(group * T * D)), ob.resize(static_cast<size_t>(group * T * D));

@@ -88,17 +88,68 @@ inline __m512 score_block(const uint16_t* rows, int64_t ld, int64_t n, const uin
   return _mm512_mul_ps(reduce_tree16(acc), scale);
 }
 
-// The value rows in position order across the runs, prefetching as the fp32 path does.
+// node(L, W) of the template's score tree over 16 keys at once, for Q queries: lane i of out[q]
+// is lanes[L] of query q's score of key i after the tree's steps of width >= 2 W. node(L, 16) is
+// lane L's sum (pairs 16 c + L, c = 0, 1, ..., the vdpbf16ps step of score_block lane by lane),
+// node(L, W) = node(L, 2 W) + node(L + W, 2 W), and node(0, 1) the score. `kt` points at the
+// first key's column of the transposed pairs (ld apart), qp[q] at query q's pairs.
+template <int Q, int L, int W>
+inline void score_node(const uint32_t* kt, int64_t ld, const uint32_t* const* qp, int64_t chunks, __m512* out) {
+  if constexpr (W == 16) {
+    for (int q = 0; q < Q; ++q) out[q] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; ++c) {
+      const __m512bh k = (__m512bh)_mm512_loadu_si512(kt + (16 * c + L) * ld);
+      for (int q = 0; q < Q; ++q)
+        out[q] = _mm512_dpbf16_ps(out[q], (__m512bh)_mm512_set1_epi32(static_cast<int>(qp[q][16 * c + L])), k);
+    }
+  } else {
+    __m512 right[Q];
+    score_node<Q, L, 2 * W>(kt, ld, qp, chunks, out);
+    score_node<Q, L + W, 2 * W>(kt, ld, qp, chunks, right);
+    for (int q = 0; q < Q; ++q) out[q] = _mm512_add_ps(out[q], right[q]);
+  }
+}
+
+// The scores of every query against the run's keys from its transposed pairs (AttentionRows::
+// key_pairs): score_block's bits with no reduction shuffles, each key load shared by 4 queries.
+void scores_from_key_pairs(const AttentionQuery* qs, int num_queries, const AttentionRows& run, const uint16_t* qbuf,
+                           int64_t padded, __m512 scale) {
+  const int64_t chunks = padded / 32;
+  for (int q0 = 0; q0 < num_queries; q0 += 4)
+    with_count_up_to_4(num_queries - q0, [&](auto count) {
+      constexpr int Q = count;
+      const uint32_t* qp[Q];
+      int64_t longest = 0;
+      for (int q = 0; q < Q; ++q) {
+        qp[q] = reinterpret_cast<const uint32_t*>(qbuf + (q0 + q) * padded);
+        longest = std::max(longest, qs[q0 + q].len);
+      }
+      for (int64_t j = 0; j < longest; j += 16) {
+        __m512 s[Q];
+        score_node<Q, 0, 1>(run.key_pairs + j, run.key_pairs_ld, qp, chunks, s);
+        for (int q = 0; q < Q; ++q) {
+          const int64_t nq = std::clamp<int64_t>(qs[q0 + q].len - j, 0, 16);  // the keys this query sees
+          _mm512_mask_storeu_ps(qs[q0 + q].probs + j, static_cast<__mmask16>((1u << nq) - 1),
+                                _mm512_mul_ps(s[q], scale));
+        }
+      }
+    });
+}
+
+// The value rows in position order across the runs, prefetching as the fp32 path does where
+// `prefetch` (the first pass over them; the next passes find them in cache).
 template <int64_t kBytes>
 struct ValueRows {
   const AttentionRows* runs;
   int num_runs;
   int64_t row_bytes, D;
+  bool prefetch;
   int s = 0;
   int64_t i = 0;
   const uint8_t* next() {
     while (i == runs[s].rows) ++s, i = 0;
     const auto* v = static_cast<const uint8_t*>(runs[s].v);
+    if (!prefetch) return v + (i++) * row_bytes;
     if (i == 0) {  // two runs (KV pages) ahead; the first run prefetches the second too
       if (s == 0 && num_runs > 1) prefetch_rows<kBytes>(runs[1].v, runs[1].rows, row_bytes, D);
       if (s + 2 < num_runs) prefetch_rows<kBytes>(runs[s + 2].v, runs[s + 2].rows, row_bytes, D);
@@ -115,13 +166,14 @@ struct ValueRows {
 // (vpunpckhwd's); the store puts them back in order.
 template <DType E, int H>
 void value_pass(const AttentionQuery* qs, const uint32_t* const* pairs, const AttentionRows* runs, int num_runs,
-                int64_t row_bytes, int64_t D, int64_t g, float value_scale, const avx512::E4m3Decoder& dec) {
+                int64_t row_bytes, int64_t D, int64_t g, float value_scale, const avx512::E4m3Decoder& dec,
+                bool prefetch) {
   __m512 acc[H][4];
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
   int64_t shortest = qs[0].len, longest = qs[0].len;
   for (int h = 1; h < H; ++h) shortest = std::min(shortest, qs[h].len), longest = std::max(longest, qs[h].len);
-  ValueRows<dtype_bytes(E)> rows{runs, num_runs, row_bytes, D};
+  ValueRows<dtype_bytes(E)> rows{runs, num_runs, row_bytes, D, prefetch};
   for (int64_t j = 0; j < longest; j += 2) {
     __m512i a[2], b[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     load_words64<E>(rows.next(), g, D, dec, a);
@@ -180,32 +232,36 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
 
   // Scores, 16 keys at a time, every query reading the block while it is in L1.
   const bool in_place = E == DType::kBF16 && D == padded;
-  int64_t j = 0;
-  for (int s = 0; s < num_runs && j < longest; ++s) {
-    const auto* k = static_cast<const uint8_t*>(runs[s].k);
-    for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
-      const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
-      if (i0 + 16 < runs[s].rows)  // the next block of keys
-        prefetch_rows<kBytes>(k + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16, row_bytes, D);
-      if (i0 == 0) {  // two runs (KV pages) ahead; the first run prefetches the second too
-        if (s == 0 && num_runs > 1) prefetch_rows<kBytes>(runs[1].k, runs[1].rows, row_bytes, D);
-        if (s + 2 < num_runs) prefetch_rows<kBytes>(runs[s + 2].k, runs[s + 2].rows, row_bytes, D);
+  if (num_runs == 1 && runs[0].key_pairs != nullptr) {
+    scores_from_key_pairs(qs, num_queries, runs[0], qbuf.data(), padded, scale);
+  } else {
+    int64_t j = 0;
+    for (int s = 0; s < num_runs && j < longest; ++s) {
+      const auto* k = static_cast<const uint8_t*>(runs[s].k);
+      for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
+        const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
+        if (i0 + 16 < runs[s].rows)  // the next block of keys
+          prefetch_rows<kBytes>(k + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16, row_bytes, D);
+        if (i0 == 0) {  // two runs (KV pages) ahead; the first run prefetches the second too
+          if (s == 0 && num_runs > 1) prefetch_rows<kBytes>(runs[1].k, runs[1].rows, row_bytes, D);
+          if (s + 2 < num_runs) prefetch_rows<kBytes>(runs[s + 2].k, runs[s + 2].rows, row_bytes, D);
+        }
+        const uint16_t* rows = reinterpret_cast<const uint16_t*>(k + i0 * row_bytes);
+        int64_t ld = stride;
+        if (!in_place) {
+          for (int64_t i = 0; i < n; ++i)
+            narrow_row<E>(k + (i0 + i) * row_bytes, D, padded, dec, kbuf.data() + i * padded);
+          rows = kbuf.data();
+          ld = padded;
+        }
+        for (int q = 0; q < num_queries; ++q) {
+          if (qs[q].len <= j) continue;
+          const int64_t nq = std::min(n, qs[q].len - j);  // the keys this query sees
+          _mm512_mask_storeu_ps(qs[q].probs + j, static_cast<__mmask16>((1u << nq) - 1),
+                                score_block(rows, ld, nq, qbuf.data() + q * padded, padded, scale));
+        }
+        j += n;
       }
-      const uint16_t* rows = reinterpret_cast<const uint16_t*>(k + i0 * row_bytes);
-      int64_t ld = stride;
-      if (!in_place) {
-        for (int64_t i = 0; i < n; ++i)
-          narrow_row<E>(k + (i0 + i) * row_bytes, D, padded, dec, kbuf.data() + i * padded);
-        rows = kbuf.data();
-        ld = padded;
-      }
-      for (int q = 0; q < num_queries; ++q) {
-        if (qs[q].len <= j) continue;
-        const int64_t nq = std::min(n, qs[q].len - j);  // the keys this query sees
-        _mm512_mask_storeu_ps(qs[q].probs + j, static_cast<__mmask16>((1u << nq) - 1),
-                              score_block(rows, ld, nq, qbuf.data() + q * padded, padded, scale));
-      }
-      j += n;
     }
   }
 
@@ -232,7 +288,8 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
   for (int q = 0; q < num_queries; q += 4)
     with_count_up_to_4(num_queries - q, [&](auto h) {
       for (int64_t g = 0; 64 * g < D; ++g)
-        value_pass<E, h>(qs + q, pairs.data() + q, runs, num_runs, row_bytes, D, g, value_scale, dec);
+        value_pass<E, h>(qs + q, pairs.data() + q, runs, num_runs, row_bytes, D, g, value_scale, dec,
+                         /*prefetch=*/q == 0 && g == 0);
     });
 }
 

@@ -10,6 +10,9 @@
 //       for ic in M by mc_block: pack A block    [mc/MR panels][kc/kg][MR][kg]
 //         for jr in nc by NR, ir in mc by MR:    micro-kernel on C[ic+ir : +MR, jc+jr : +NR]
 //
+// Where a task's C[M, nc] block fits in cache (kCBlockBytes: a small M, such as the LM head's
+// chunks of rows) the pc and jc loops swap, so that C stays in cache across the K blocks.
+//
 // kg (k_group) is 2 for BF16 pairs (the vdpbf16ps operand layout), 1 for FP32. Panels are
 // zero-padded past the matrix edges, so the micro-kernel always computes full tiles; edge tiles
 // go through a small buffer. The accumulators continue across K blocks by reloading C (FP32

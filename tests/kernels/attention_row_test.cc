@@ -264,6 +264,60 @@ TEST(AttentionRow, QueriesOfDifferentLengthsGiveEachQuerysSingleRowBits) {
   }
 }
 
+// The trainer's single run with its keys also transposed into pairs (AttentionRows::key_pairs):
+// every query still gets its single-row bits, tiny values flushed as the template flushes them.
+TEST(AttentionRow, TransposedKeyPairsGiveEachQuerysSingleRowBits) {
+  for (const int64_t D : {128, 48, 200}) {
+    const int64_t rows = 45, queries_n = 11, num_pairs = (D + 31) / 32 * 16, ld = 48;
+    for (const bool tiny : {false, true}) {
+      std::vector<float> k(static_cast<size_t>(rows * D)), v(k.size()), q(static_cast<size_t>(queries_n * D));
+      fill_normal(k.data(), rows * D, 0.0f, 2.0f, 12, 1);
+      fill_normal(v.data(), rows * D, 0.0f, 1.0f, 12, 2);
+      fill_normal(q.data(), queries_n * D, 0.0f, 2.0f, 12, 3);
+      if (tiny)
+        for (size_t i = 0; i < k.size(); ++i) {
+          k[i] = bf16_to_f32(random_bf16(34, i, 55, 70));
+          if (i < q.size()) q[i] = bf16_to_f32(random_bf16(35, i, 60, 70));
+        }
+      const std::vector<uint8_t> kr = store_as(DType::kBF16, k), vr = store_as(DType::kBF16, v);
+      const auto* words = reinterpret_cast<const bf16_t*>(kr.data());
+      std::vector<uint32_t> pairs(static_cast<size_t>(num_pairs * ld), 0u);
+      for (int64_t j = 0; j < rows; ++j)
+        for (int64_t p = 0; 2 * p < D; ++p) {
+          const uint32_t odd = 2 * p + 1 < D ? words[j * D + 2 * p + 1] : 0u;
+          pairs[static_cast<size_t>(p * ld + j)] = odd << 16 | words[j * D + 2 * p];
+        }
+      const AttentionRows run{kr.data(), vr.data(), rows, pairs.data(), ld};
+      for (Isa isa : testing::available_isas())
+        for (const bool with_out : {true, false}) {  // the forward, the backward's probabilities only
+          std::vector<float> out(static_cast<size_t>(queries_n * D), 7.0f),
+              p(static_cast<size_t>(queries_n * rows), 7.0f);
+          std::vector<AttentionQuery> queries;
+          for (int64_t i = 0; i < queries_n; ++i)
+            queries.push_back({q.data() + i * D, with_out ? out.data() + i * D : nullptr, p.data() + i * rows,
+                               rows - (i * 7) % queries_n});
+          attention_queries_kv(queries.data(), static_cast<int>(queries.size()), &run, 1, D, D, DType::kBF16, 0.125f,
+                               0.5f, /*bf16=*/true, isa);
+          for (const AttentionQuery& a : queries) {
+            const AttentionRows own{kr.data(), vr.data(), a.len};
+            std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(a.len));
+            attention_row_kv(want.data(), want_p.data(), a.q, &own, 1, a.len, D, D, DType::kBF16, 0.125f, 0.5f, true,
+                             Isa::kPortable);
+            const std::string what = std::string(isa_name(isa)) + " D " + std::to_string(D) + " len " +
+                                     std::to_string(a.len) + (tiny ? " tiny" : "") + (with_out ? "" : " probs only");
+            if (with_out) {
+              EXPECT_EQ(0, std::memcmp(a.out, want.data(), want.size() * 4)) << what;
+            }
+            EXPECT_EQ(0, std::memcmp(a.probs, want_p.data(), want_p.size() * 4)) << what;
+            if (a.len < rows) {
+              EXPECT_EQ(a.probs[a.len], 7.0f) << what << ": wrote past len";
+            }
+          }
+        }
+    }
+  }
+}
+
 // Every E4M3 code (NaN included) reads as its exact value: with one key, p = 1 and the output is
 // the value row itself.
 TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
