@@ -12,6 +12,10 @@
 //          a pair steps with a zero second row and probability, as the template does.
 // Key rows are used in place where they are BF16 with D a multiple of 32 (the generator's BF16 KV
 // pages); other rows are narrowed to BF16 words once per block of 16 keys, for every query.
+// With transposed key pairs (AttentionRows::key_pairs, the trainer) the scores take another route
+// to the same bits: lane i of a vector is key i, one vdpbf16ps per (pair index, 16 keys) with the
+// query's pair broadcast, each accumulator one lane l of the template, and the tree over l is then
+// a sum of whole vectors (score_node): no shuffles, and each key load serves 4 queries.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -137,7 +141,8 @@ void scores_from_key_pairs(const AttentionQuery* qs, int num_queries, const Atte
 }
 
 // The value rows in position order across the runs, prefetching as the fp32 path does where
-// `prefetch` (the first pass over them; the next passes find them in cache).
+// `prefetch`: always for KV pages (the generator's runs, from DRAM), for one run (the trainer's
+// sequence, in L2) in the first pass only.
 template <int64_t kBytes>
 struct ValueRows {
   const AttentionRows* runs;
@@ -289,7 +294,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     with_count_up_to_4(num_queries - q, [&](auto h) {
       for (int64_t g = 0; 64 * g < D; ++g)
         value_pass<E, h>(qs + q, pairs.data() + q, runs, num_runs, row_bytes, D, g, value_scale, dec,
-                         /*prefetch=*/q == 0 && g == 0);
+                         /*prefetch=*/num_runs > 1 || (q == 0 && g == 0));
     });
 }
 
