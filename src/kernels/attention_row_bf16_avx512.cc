@@ -140,6 +140,44 @@ void scores_from_key_pairs(const AttentionQuery* qs, int num_queries, const Atte
     });
 }
 
+// The scores of every query against the runs' key rows, 16 keys at a time, every query reading the
+// block while it is in L1 (rows used in place or narrowed into `kbuf`, 16 x padded words).
+template <DType E>
+void scores_from_rows(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs, int64_t D,
+                      int64_t stride, int64_t padded, int64_t longest, const uint16_t* qbuf, uint16_t* kbuf,
+                      __m512 scale, const avx512::E4m3Decoder& dec) {
+  constexpr int64_t kBytes = dtype_bytes(E);
+  const int64_t row_bytes = stride * kBytes;
+  const bool in_place = E == DType::kBF16 && D == padded;
+  int64_t j = 0;
+  for (int s = 0; s < num_runs && j < longest; ++s) {
+    const auto* k = static_cast<const uint8_t*>(runs[s].k);
+    for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
+      const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
+      if (i0 + 16 < runs[s].rows)  // the next block of keys
+        prefetch_rows<kBytes>(k + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16, row_bytes, D);
+      if (i0 == 0) {  // two runs (KV pages) ahead; the first run prefetches the second too
+        if (s == 0 && num_runs > 1) prefetch_rows<kBytes>(runs[1].k, runs[1].rows, row_bytes, D);
+        if (s + 2 < num_runs) prefetch_rows<kBytes>(runs[s + 2].k, runs[s + 2].rows, row_bytes, D);
+      }
+      const uint16_t* rows = reinterpret_cast<const uint16_t*>(k + i0 * row_bytes);
+      int64_t ld = stride;
+      if (!in_place) {
+        for (int64_t i = 0; i < n; ++i) narrow_row<E>(k + (i0 + i) * row_bytes, D, padded, dec, kbuf + i * padded);
+        rows = kbuf;
+        ld = padded;
+      }
+      for (int q = 0; q < num_queries; ++q) {
+        if (qs[q].len <= j) continue;
+        const int64_t nq = std::min(n, qs[q].len - j);  // the keys this query sees
+        _mm512_mask_storeu_ps(qs[q].probs + j, static_cast<__mmask16>((1u << nq) - 1),
+                              score_block(rows, ld, nq, qbuf + q * padded, padded, scale));
+      }
+      j += n;
+    }
+  }
+}
+
 // The value rows in position order across the runs, prefetching as the fp32 path does where
 // `prefetch`: always for KV pages (the generator's runs, from DRAM), for one run (the trainer's
 // sequence, in L2) in the first pass only.
@@ -235,39 +273,12 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
   for (int q = 0; q < num_queries; ++q)
     narrow_row<DType::kF32>(reinterpret_cast<const uint8_t*>(qs[q].q), D, padded, dec, qbuf.data() + q * padded);
 
-  // Scores, 16 keys at a time, every query reading the block while it is in L1.
-  const bool in_place = E == DType::kBF16 && D == padded;
+  // Scores: from the transposed key pairs where the caller has them, else from the rows.
   if (num_runs == 1 && runs[0].key_pairs != nullptr) {
     scores_from_key_pairs(qs, num_queries, runs[0], qbuf.data(), padded, scale);
   } else {
-    int64_t j = 0;
-    for (int s = 0; s < num_runs && j < longest; ++s) {
-      const auto* k = static_cast<const uint8_t*>(runs[s].k);
-      for (int64_t i0 = 0; i0 < runs[s].rows && j < longest; i0 += 16) {
-        const int64_t n = std::min<int64_t>(16, runs[s].rows - i0);
-        if (i0 + 16 < runs[s].rows)  // the next block of keys
-          prefetch_rows<kBytes>(k + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16, row_bytes, D);
-        if (i0 == 0) {  // two runs (KV pages) ahead; the first run prefetches the second too
-          if (s == 0 && num_runs > 1) prefetch_rows<kBytes>(runs[1].k, runs[1].rows, row_bytes, D);
-          if (s + 2 < num_runs) prefetch_rows<kBytes>(runs[s + 2].k, runs[s + 2].rows, row_bytes, D);
-        }
-        const uint16_t* rows = reinterpret_cast<const uint16_t*>(k + i0 * row_bytes);
-        int64_t ld = stride;
-        if (!in_place) {
-          for (int64_t i = 0; i < n; ++i)
-            narrow_row<E>(k + (i0 + i) * row_bytes, D, padded, dec, kbuf.data() + i * padded);
-          rows = kbuf.data();
-          ld = padded;
-        }
-        for (int q = 0; q < num_queries; ++q) {
-          if (qs[q].len <= j) continue;
-          const int64_t nq = std::min(n, qs[q].len - j);  // the keys this query sees
-          _mm512_mask_storeu_ps(qs[q].probs + j, static_cast<__mmask16>((1u << nq) - 1),
-                                score_block(rows, ld, nq, qbuf.data() + q * padded, padded, scale));
-        }
-        j += n;
-      }
-    }
+    scores_from_rows<E>(qs, num_queries, runs, num_runs, D, stride, padded, longest, qbuf.data(), kbuf.data(), scale,
+                        dec);
   }
 
   // Softmax, P rounded to BF16 and paired: (p[2t], p[2t + 1]) as two BF16 words, zero past len.
