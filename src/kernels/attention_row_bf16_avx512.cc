@@ -203,6 +203,16 @@ struct ValueRows {
   }
 };
 
+// acc[c] += the probability pair (two BF16 words) times the interleaved value words v_c, one
+// vdpbf16ps each.
+inline void add_pair(__m512* acc, uint32_t pair, __m512i v0, __m512i v1, __m512i v2, __m512i v3) {
+  const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+  acc[0] = _mm512_dpbf16_ps(acc[0], p, (__m512bh)v0);
+  acc[1] = _mm512_dpbf16_ps(acc[1], p, (__m512bh)v1);
+  acc[2] = _mm512_dpbf16_ps(acc[2], p, (__m512bh)v2);
+  acc[3] = _mm512_dpbf16_ps(acc[3], p, (__m512bh)v3);
+}
+
 // out[64 g, 64 g + 64) of H queries. pairs[h][t] holds query h's (p[2t], p[2t + 1]) as BF16 words
 // (the second zero at or past its length). Accumulator 2k of a query holds the outputs
 // 64 g + 32 k + 8 (i / 4) + i % 4 in lane i (vpunpcklwd's order), accumulator 2k + 1 the same + 4
@@ -217,28 +227,28 @@ void value_pass(const AttentionQuery* qs, const uint32_t* const* pairs, const At
   int64_t shortest = qs[0].len, longest = qs[0].len;
   for (int h = 1; h < H; ++h) shortest = std::min(shortest, qs[h].len), longest = std::max(longest, qs[h].len);
   ValueRows<dtype_bytes(E)> rows{runs, num_runs, row_bytes, D, prefetch};
-  for (int64_t j = 0; j < longest; j += 2) {
+  // Position pairs every query attends to both of (all but the last few for the trainer's
+  // consecutive queries): a loop of its own, so that the accumulators stay in registers.
+  int64_t j = 0;
+  for (; j + 1 < shortest; j += 2) {
+    __m512i a[2], b[2];
+    load_words64<E>(rows.next(), g, D, dec, a);
+    load_words64<E>(rows.next(), g, D, dec, b);
+    const __m512i v0 = _mm512_unpacklo_epi16(a[0], b[0]), v1 = _mm512_unpackhi_epi16(a[0], b[0]);
+    const __m512i v2 = _mm512_unpacklo_epi16(a[1], b[1]), v3 = _mm512_unpackhi_epi16(a[1], b[1]);
+    for (int h = 0; h < H; ++h) add_pair(acc[h], pairs[h][j / 2], v0, v1, v2, v3);
+  }
+  // The rest: a query ending at j steps with the second row zero (as the template's pair past len).
+  for (; j < longest; j += 2) {
     __m512i a[2], b[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
     load_words64<E>(rows.next(), g, D, dec, a);
     if (j + 1 < longest) load_words64<E>(rows.next(), g, D, dec, b);
-    const __m512i v[4] = {_mm512_unpacklo_epi16(a[0], b[0]), _mm512_unpackhi_epi16(a[0], b[0]),
-                          _mm512_unpacklo_epi16(a[1], b[1]), _mm512_unpackhi_epi16(a[1], b[1])};
-    if (j + 1 < shortest) {  // every query attends to both positions
-      for (int h = 0; h < H; ++h) {
-        const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[h][j / 2]));
-        for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_dpbf16_ps(acc[h][c], p, (__m512bh)v[c]);
-      }
-      continue;
-    }
-    // A query ending at j steps with the second row zero (as the template's pair past len).
-    const __m512i zero = _mm512_setzero_si512();
-    const __m512i v_alone[4] = {_mm512_unpacklo_epi16(a[0], zero), _mm512_unpackhi_epi16(a[0], zero),
-                                _mm512_unpacklo_epi16(a[1], zero), _mm512_unpackhi_epi16(a[1], zero)};
     for (int h = 0; h < H; ++h) {
       if (j >= qs[h].len) continue;
-      const __m512bh p = (__m512bh)_mm512_set1_epi32(static_cast<int>(pairs[h][j / 2]));
-      const __m512i* vv = j + 1 < qs[h].len ? v : v_alone;
-      for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_dpbf16_ps(acc[h][c], p, (__m512bh)vv[c]);
+      const __m512i b0 = j + 1 < qs[h].len ? b[0] : _mm512_setzero_si512();
+      const __m512i b1 = j + 1 < qs[h].len ? b[1] : _mm512_setzero_si512();
+      add_pair(acc[h], pairs[h][j / 2], _mm512_unpacklo_epi16(a[0], b0), _mm512_unpackhi_epi16(a[0], b0),
+               _mm512_unpacklo_epi16(a[1], b1), _mm512_unpackhi_epi16(a[1], b1));
     }
   }
   const __m512i first16 = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
