@@ -111,8 +111,8 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   __m256 acc[H][NC];
   for (int h = 0; h < H; ++h)
     for (int c = 0; c < NC; ++c) acc[h][c] = _mm256_setzero_ps();
-  int64_t longest = qs[0].len;
-  for (int h = 1; h < H; ++h) longest = std::max(longest, qs[h].len);
+  int64_t shortest = qs[0].len, longest = qs[0].len;
+  for (int h = 1; h < H; ++h) shortest = std::min(shortest, qs[h].len), longest = std::max(longest, qs[h].len);
   constexpr int64_t kBytes = dtype_bytes(E);
   const int64_t begin = 8 * c0 * kBytes, end = std::min(D, 8 * (c0 + NC)) * kBytes;
   int s = 0;
@@ -133,7 +133,20 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
   };
   {
     const FlushToZero flush;
-    for (int64_t j = 0; j < longest; j += 2) {
+    // Position pairs every query attends to both of: a loop of its own (accumulators in registers).
+    int64_t j = 0;
+    for (; j + 1 < shortest; j += 2) {
+      __m256 even[NC], odd[NC];
+      load(next_row(), even);
+      load(next_row(), odd);
+      for (int h = 0; h < H; ++h) {
+        const __m256 p_odd = probability_operand(qs[h].probs + j + 1);
+        for (int c = 0; c < NC; ++c) acc[h][c] = _mm256_fmadd_ps(p_odd, odd[c], acc[h][c]);
+        const __m256 p_even = probability_operand(qs[h].probs + j);
+        for (int c = 0; c < NC; ++c) acc[h][c] = _mm256_fmadd_ps(p_even, even[c], acc[h][c]);
+      }
+    }
+    for (; j < longest; j += 2) {
       __m256 even[NC], odd[NC] = {};
       load(next_row(), even);
       if (j + 1 < longest) load(next_row(), odd);
