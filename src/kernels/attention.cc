@@ -170,64 +170,77 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::memset(dk, 0, sizeof(float) * static_cast<size_t>(s.B * T * ldkv));
   std::memset(dv, 0, sizeof(float) * static_cast<size_t>(s.B * T * ldkv));
-  // One task per (sequence, kv head); inside it, blocks of kBlock query rows in order, and in each
-  // block the group's query heads in order, so dK and dV of the kv head accumulate in one fixed
-  // order whatever the thread count. Causal: a block's rows see only keys < width = t0 + tn, so
-  // every product covers [tn, width] and skips the zero part.
+  // One task per (sequence, kv head); inside it, blocks of kBlock query rows in order, so dK and dV
+  // of the kv head accumulate in one fixed order whatever the thread count. Causal: a block's rows
+  // see only keys < width = t0 + tn, so every product covers [tn, width] and skips the zero part.
   kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
     const int64_t b = task / s.Hkv, g = task % s.Hkv, kv_off = b * T * ldkv + g * D;
-    thread_local std::vector<float> probs, ds;  // [group][tn][width], [tn][width] dP then dS
+    // P, then dP and dS, of a block: [group][tn][width], the group's query heads one after the other.
+    thread_local std::vector<float> probs, ds;
     thread_local std::vector<AttentionQuery> queries;
-    // BF16 operands: K and V of the kv head, Q and dO of each query head [T, D]; P and dS of a block.
+    // BF16 operands: K and V of the kv head [T, D]; Q and dO of the group's query heads, block by
+    // block, each block's rows stacked as [group][tn][D]; P and dS of a block; dQ of a block.
     thread_local std::vector<bf16_t> kb, vb, qb, ob, pb, sb;
+    thread_local std::vector<float> dq_block;
     thread_local std::vector<uint16_t> kv_words;  // the forward's K and V rows (kv_rows)
     thread_local std::vector<uint32_t> key_pairs;
     const KvRows kv = kv_rows(in.k, in.v, s, b, g, bf16, kv_words, key_pairs);
+    auto q_offset = [&](int64_t i) { return b * T * ldq + (g * group + i) * D; };
     if (bf16) {
       kb.resize(static_cast<size_t>(T * D)), vb.resize(static_cast<size_t>(T * D));
       qb.resize(static_cast<size_t>(group * T * D)), ob.resize(static_cast<size_t>(group * T * D));
       to_bf16_rows(kb.data(), k + kv_off, T, D, ldkv);
       to_bf16_rows(vb.data(), v + kv_off, T, D, ldkv);
-      for (int64_t i = 0; i < group; ++i) {
-        const int64_t q_off = b * T * ldq + (g * group + i) * D;
-        to_bf16_rows(qb.data() + i * T * D, q + q_off, T, D, ldq);
-        to_bf16_rows(ob.data() + i * T * D, dout + q_off, T, D, ldq);  // dO rounded here
+      for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
+        const int64_t tn = std::min(kBlock, T - t0);
+        for (int64_t i = 0; i < group; ++i) {
+          const int64_t at = (group * t0 + i * tn) * D;
+          to_bf16_rows(qb.data() + at, q + q_offset(i) + t0 * ldq, tn, D, ldq);
+          to_bf16_rows(ob.data() + at, dout + q_offset(i) + t0 * ldq, tn, D, ldq);  // dO rounded here
+        }
       }
     }
     for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
-      const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn;
+      const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn, rows = group * tn;
       recompute_probs(probs, queries, in, kv, s, b, g, t0, tn, bf16);
-      ds.resize(static_cast<size_t>(tn * width));
-      for (int64_t i = 0; i < group; ++i) {
-        const int64_t q_off = b * T * ldq + (g * group + i) * D;
-        const float* p = probs.data() + i * tn * width;  // [tn, width]
-        // dS = P * (dP - sum_j P dP) * scale (softmax backward, then the score scale), zero past t.
-        auto softmax_backward = [&](bool round) {
-          for (int64_t t = t0; t < t0 + tn; ++t) {
-            float* dr = ds.data() + (t - t0) * width;
-            softmax_backward_row(p + (t - t0) * width, dr, t, scale, [&](int64_t j, float x) { dr[j] = x; });
-            std::fill(dr + t + 1, dr + width, 0.0f);
-            if (round) bf16_encode_f32(dr, sb.data() + (t - t0) * width, width);
-          }
-        };
-        if (bf16) {
-          const bf16_t* qi = qb.data() + i * T * D + t0 * D;  // [tn, D]
-          const bf16_t* oi = ob.data() + i * T * D + t0 * D;
-          pb.resize(static_cast<size_t>(tn * width)), sb.resize(static_cast<size_t>(tn * width));
-          bf16_encode_f32(p, pb.data(), tn * width);  // P is BF16-valued already: exact
-          gemm_tn_bf16(width, D, tn, pb.data(), width, oi, D, dv + kv_off, ldkv, /*accumulate=*/true);  // dV += P^T dO
-          gemm_nt_bf16(tn, width, D, oi, D, vb.data(), D, ds.data(), width);                            // dP = dO V^T
-          softmax_backward(/*round=*/true);
-          gemm_nn_bf16(tn, D, width, sb.data(), width, kb.data(), D, dq + q_off + t0 * ldq, ldq);  // dQ = dS K
-          gemm_tn_bf16(width, D, tn, sb.data(), width, qi, D, dk + kv_off, ldkv, /*accumulate=*/true);  // dK += dS^T Q
-        } else {
-          const float* oi = dout + q_off + t0 * ldq;  // [tn, D], stride ldq
-          gemm_tn_f32(width, D, tn, p, width, oi, ldq, dv + kv_off, ldkv, /*accumulate=*/true);
-          gemm_nt_f32(tn, width, D, oi, ldq, v + kv_off, ldkv, ds.data(), width);
-          softmax_backward(/*round=*/false);
-          gemm_nn_f32(tn, D, width, ds.data(), width, k + kv_off, ldkv, dq + q_off + t0 * ldq, ldq);
-          gemm_tn_f32(width, D, tn, ds.data(), width, q + q_off + t0 * ldq, ldq, dk + kv_off, ldkv, /*accumulate=*/true);
+      ds.resize(static_cast<size_t>(rows * width));
+      // dS = P * (dP - sum_j P dP) * scale (softmax backward, then the score scale), zero past t,
+      // for the block's rows r (head r / tn, position t0 + r % tn) in [r0, r1).
+      auto softmax_backward = [&](int64_t r0, int64_t r1, bool round) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t t = t0 + r % tn;
+          float* dr = ds.data() + r * width;
+          softmax_backward_row(probs.data() + r * width, dr, t, scale, [&](int64_t j, float x) { dr[j] = x; });
+          std::fill(dr + t + 1, dr + width, 0.0f);
+          if (round) bf16_encode_f32(dr, sb.data() + r * width, width);
         }
+      };
+      if (bf16) {
+        // The group's heads share K and V: one product over the block's stacked rows of every head.
+        const bf16_t* qs = qb.data() + group * t0 * D;  // [rows, D]
+        const bf16_t* os = ob.data() + group * t0 * D;
+        pb.resize(static_cast<size_t>(rows * width)), sb.resize(static_cast<size_t>(rows * width));
+        dq_block.resize(static_cast<size_t>(rows * D));
+        bf16_encode_f32(probs.data(), pb.data(), rows * width);  // P is BF16-valued already: exact
+        gemm_tn_bf16(width, D, rows, pb.data(), width, os, D, dv + kv_off, ldkv, /*accumulate=*/true);  // dV += P^T dO
+        gemm_nt_bf16(rows, width, D, os, D, vb.data(), D, ds.data(), width);                            // dP = dO V^T
+        softmax_backward(0, rows, /*round=*/true);
+        gemm_nn_bf16(rows, D, width, sb.data(), width, kb.data(), D, dq_block.data(), D);  // dQ = dS K
+        for (int64_t r = 0; r < rows; ++r)
+          std::copy_n(dq_block.data() + r * D, D, dq + q_offset(r / tn) + (t0 + r % tn) * ldq);
+        gemm_tn_bf16(width, D, rows, sb.data(), width, qs, D, dk + kv_off, ldkv, /*accumulate=*/true);  // dK += dS^T Q
+        continue;
+      }
+      for (int64_t i = 0; i < group; ++i) {  // FP32: head by head, reading Q and dO in place
+        const int64_t q_off = q_offset(i);
+        const float* p = probs.data() + i * tn * width;  // [tn, width]
+        const float* oi = dout + q_off + t0 * ldq;       // [tn, D], stride ldq
+        gemm_tn_f32(width, D, tn, p, width, oi, ldq, dv + kv_off, ldkv, /*accumulate=*/true);
+        gemm_nt_f32(tn, width, D, oi, ldq, v + kv_off, ldkv, ds.data() + i * tn * width, width);
+        softmax_backward(i * tn, (i + 1) * tn, /*round=*/false);
+        gemm_nn_f32(tn, D, width, ds.data() + i * tn * width, width, k + kv_off, ldkv, dq + q_off + t0 * ldq, ldq);
+        gemm_tn_f32(width, D, tn, ds.data() + i * tn * width, width, q + q_off + t0 * ldq, ldq, dk + kv_off, ldkv,
+                    /*accumulate=*/true);
       }
     }
   });
