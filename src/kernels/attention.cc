@@ -234,13 +234,13 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       for (int64_t i = 0; i < group; ++i) {  // FP32: head by head, reading Q and dO in place
         const int64_t q_off = q_offset(i);
         const float* p = probs.data() + i * tn * width;  // [tn, width]
-        const float* oi = dout + q_off + t0 * ldq;       // [tn, D], stride ldq
+        float* dsi = ds.data() + i * tn * width;
+        const float* oi = dout + q_off + t0 * ldq;  // [tn, D], stride ldq
         gemm_tn_f32(width, D, tn, p, width, oi, ldq, dv + kv_off, ldkv, /*accumulate=*/true);
-        gemm_nt_f32(tn, width, D, oi, ldq, v + kv_off, ldkv, ds.data() + i * tn * width, width);
+        gemm_nt_f32(tn, width, D, oi, ldq, v + kv_off, ldkv, dsi, width);
         softmax_backward(i * tn, (i + 1) * tn, /*round=*/false);
-        gemm_nn_f32(tn, D, width, ds.data() + i * tn * width, width, k + kv_off, ldkv, dq + q_off + t0 * ldq, ldq);
-        gemm_tn_f32(width, D, tn, ds.data() + i * tn * width, width, q + q_off + t0 * ldq, ldq, dk + kv_off, ldkv,
-                    /*accumulate=*/true);
+        gemm_nn_f32(tn, D, width, dsi, width, k + kv_off, ldkv, dq + q_off + t0 * ldq, ldq);
+        gemm_tn_f32(width, D, tn, dsi, width, q + q_off + t0 * ldq, ldq, dk + kv_off, ldkv, /*accumulate=*/true);
       }
     }
   });

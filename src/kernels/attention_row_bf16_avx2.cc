@@ -102,6 +102,12 @@ inline void pair_order_row(const uint8_t* row, int64_t D, int64_t padded, float*
   }
 }
 
+// acc[c] += p * row[c] for the NC chunks, one FMA each.
+template <int NC>
+inline void add_row(__m256* acc, __m256 p, const __m256* row) {
+  for (int c = 0; c < NC; ++c) acc[c] = _mm256_fmadd_ps(p, row[c], acc[c]);
+}
+
 // out[8 c0 .. 8 (c0 + NC)) of H queries over position pairs: lane d adds p[2t+1] * v_2t+1[d], then
 // p[2t] * v_2t[d] (a zero product first where a query ends at 2 t), under FTZ with DAZ operands;
 // the value scale after them, without FTZ.
@@ -140,10 +146,8 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
       load(next_row(), even);
       load(next_row(), odd);
       for (int h = 0; h < H; ++h) {
-        const __m256 p_odd = probability_operand(qs[h].probs + j + 1);
-        for (int c = 0; c < NC; ++c) acc[h][c] = _mm256_fmadd_ps(p_odd, odd[c], acc[h][c]);
-        const __m256 p_even = probability_operand(qs[h].probs + j);
-        for (int c = 0; c < NC; ++c) acc[h][c] = _mm256_fmadd_ps(p_even, even[c], acc[h][c]);
+        add_row<NC>(acc[h], probability_operand(qs[h].probs + j + 1), odd);
+        add_row<NC>(acc[h], probability_operand(qs[h].probs + j), even);
       }
     }
     for (; j < longest; j += 2) {
@@ -152,14 +156,12 @@ void value_pass(const AttentionQuery* qs, const AttentionRows* runs, int num_run
       if (j + 1 < longest) load(next_row(), odd);
       for (int h = 0; h < H; ++h) {
         if (j >= qs[h].len) continue;
-        const __m256 p_even = probability_operand(qs[h].probs + j);
         if (j + 1 < qs[h].len) {
-          const __m256 p_odd = probability_operand(qs[h].probs + j + 1);
-          for (int c = 0; c < NC; ++c) acc[h][c] = _mm256_fmadd_ps(p_odd, odd[c], acc[h][c]);
+          add_row<NC>(acc[h], probability_operand(qs[h].probs + j + 1), odd);
         } else {  // the template's zero pair past len: acc + 0 * 0
           for (int c = 0; c < NC; ++c) acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_setzero_ps());
         }
-        for (int c = 0; c < NC; ++c) acc[h][c] = _mm256_fmadd_ps(p_even, even[c], acc[h][c]);
+        add_row<NC>(acc[h], probability_operand(qs[h].probs + j), even);
       }
     }
   }
