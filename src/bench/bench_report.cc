@@ -18,6 +18,10 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+double fastest(const std::vector<double>& gflops_runs) {
+  return gflops_runs.empty() ? 0.0 : *std::max_element(gflops_runs.begin(), gflops_runs.end());
+}
+
 bool BenchOptions::wants(const std::string& group) const {
   if (groups.empty()) return true;
   size_t start = 0;

@@ -30,6 +30,12 @@ struct BenchOptions {
 
 double median(std::vector<double> values);
 
+// A compute limit from several runs of a register-only loop: the fastest run. Nothing makes such a
+// loop faster than the hardware, while a neighbour on the host or a shared core slows some runs
+// (a median of 3 ranged over 381-503 GFLOP/s between minutes on one VM, and the ratio to the
+// limit with it).
+double fastest(const std::vector<double>& gflops_runs);
+
 // Runs `fn` once to warm up, then `repeats` times; returns the median wall time in seconds.
 double time_median(const std::function<void()>& fn, int repeats);
 
