@@ -352,8 +352,8 @@ void run_kernels_bench(const BenchOptions& options) {
   }
   const bool avx512 = cpu_features().has_avx512_kernels();
   if (!options.json)
-    fmt::print("# kernels bench: medians of {} runs after a warm-up (peaks: the fastest run); CPU: {}\n", options.repeats,
-               cpu_features().describe());
+    fmt::print("# kernels bench: medians of {} runs after a warm-up (peaks: the fastest run); CPU: {}\n",
+               options.repeats, cpu_features().describe());
 
   // Limits.
   double peak_avx2 = 0.0;
