@@ -178,14 +178,14 @@ void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bo
   }
 }
 
-void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M,
-                      const LinearCache& cache) const {
+void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M, const LinearCache& cache,
+                      bool accumulate_dw) const {
   FP8RL_CHECK(!frozen_, "linear '{}' is frozen: it has no backward", name_);
   const LinearCache& in = cache.input();
   switch (precision_) {
     case Precision::kF32:
       gemm_nn_f32(M, K_, N_, dy, N_, w_master_, K_, dx, K_, accumulate_dx);
-      if (dw != nullptr) gemm_tn_f32(N_, K_, M, dy, N_, cache.x, K_, dw, K_, /*accumulate=*/true);
+      if (dw != nullptr) gemm_tn_f32(N_, K_, M, dy, N_, cache.x, K_, dw, K_, accumulate_dw);
       break;
     case Precision::kBF16: {
       // Per-thread scratch, kept across calls (shapes repeat every step): no allocation and no
@@ -193,7 +193,7 @@ void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy,
       thread_local AlignedBuffer<bf16_t> dy_bf16;
       to_bf16(dy, M * N_, dy_bf16);
       gemm_nn_bf16(M, K_, N_, dy_bf16.data(), N_, w_bf16_.data(), K_, dx, K_, accumulate_dx);
-      if (dw != nullptr) gemm_tn_bf16(N_, K_, M, dy_bf16.data(), N_, in.x_bf16.data(), K_, dw, K_, /*accumulate=*/true);
+      if (dw != nullptr) gemm_tn_bf16(N_, K_, M, dy_bf16.data(), N_, in.x_bf16.data(), K_, dw, K_, accumulate_dw);
       break;
     }
     case Precision::kFP8: {
@@ -202,7 +202,7 @@ void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy,
       thread_local QuantizedTensor dy_q;  // per-thread scratch, reused when the shape repeats
       quantize_activation(dy, M, N_, activation_format_, /*with_columnwise=*/dw != nullptr, dy_q);
       gemm_nt_fp8(dy_q.rowwise, *w_fp8_.columnwise, dx, K_, accumulate_dx);
-      if (dw != nullptr) gemm_nt_fp8(*dy_q.columnwise, *in.x_fp8.columnwise, dw, K_, /*accumulate=*/true);
+      if (dw != nullptr) gemm_nt_fp8(*dy_q.columnwise, *in.x_fp8.columnwise, dw, K_, accumulate_dw);
       break;
     }
   }

@@ -85,9 +85,11 @@ class Linear {
   bool can_share_input(const Linear& other) const {
     return precision_ == other.precision_ && K_ == other.K_ && activation_format_ == other.activation_format_;
   }
-  // dx [M, K] (+)= dy W, dw [N, K] += dy^T x. `dy` is FP32 [M, N]. A null `dw` skips the weight
-  // gradient (a frozen weight's: policy.freeze_router).
-  void backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M, const LinearCache& cache) const;
+  // dx [M, K] (+)= dy W, dw [N, K] (+)= dy^T x. `dy` is FP32 [M, N]. A null `dw` skips the weight
+  // gradient (a frozen weight's: policy.freeze_router). Without `accumulate_dw` the product is
+  // written to dw: the bits 0 + product would give, since a product summed from +0 is never -0.
+  void backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M, const LinearCache& cache,
+                bool accumulate_dw = true) const;
 
  private:
   std::string name_;

@@ -59,8 +59,8 @@ void lm_head_logprobs_forward(const Linear& head, const float* x, int64_t N, con
   }
 }
 
-void lm_head_logprobs_backward(const Linear& head, const float* x, int64_t N, const int32_t* targets,
-                               const float* lse, const float* dlogprob, float* dx, bool accumulate_dx, float* dw,
+void lm_head_logprobs_backward(const Linear& head, const float* x, int64_t N, const int32_t* targets, const float* lse,
+                               const float* dlogprob, float* dx, bool accumulate_dx, float* dw, bool accumulate_dw,
                                LmHeadScratch& s) {
   check_head(head);
   const int64_t V = head.out_features(), C = head.in_features();
@@ -79,11 +79,11 @@ void lm_head_logprobs_backward(const Linear& head, const float* x, int64_t N, co
       const bf16_t* w = head.bf16_weights().data() + v0 * C;
       bf16_encode_f32(dl, dlb, N * width);
       gemm_nn_bf16(N, C, width, dlb, width, w, C, dx, C, acc);
-      gemm_tn_bf16(width, C, N, dlb, width, xb, C, dw + v0 * C, C, /*accumulate=*/true);
+      gemm_tn_bf16(width, C, N, dlb, width, xb, C, dw + v0 * C, C, accumulate_dw);
     } else {
       const float* w = head.f32_weights() + v0 * C;
       gemm_nn_f32(N, C, width, dl, width, w, C, dx, C, acc);
-      gemm_tn_f32(width, C, N, dl, width, x, C, dw + v0 * C, C, /*accumulate=*/true);
+      gemm_tn_f32(width, C, N, dl, width, x, C, dw + v0 * C, C, accumulate_dw);
     }
   }
 }

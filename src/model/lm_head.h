@@ -15,7 +15,7 @@
 // again (the same bits as in the forward: a GEMM element depends on K only), turned into dlogits
 // in place, rounded to BF16 as Linear::backward rounds dY (BF16 head), then
 //   dx        (+)= dlogits W[slice]        the slices summed in slice order
-//   dW[slice]  += dlogits^T x              one GEMM over all N rows, as the unsliced head's
+//   dW[slice] (+)= dlogits^T x             one GEMM over all N rows, as the unsliced head's
 // Recomputing the logits costs one more x W^T (a third more head FLOPs) and saves N x V floats.
 #pragma once
 
@@ -41,10 +41,11 @@ struct LmHeadScratch {
 void lm_head_logprobs_forward(const Linear& head, const float* x, int64_t N, const int32_t* targets, float* logprob,
                               float* lse, LmHeadScratch& scratch);
 
-// dx [N, C] (+)= d/dx and dw [V, C] += d/dW of sum_n dlogprob[n] * logprob[n], with lse from the
-// forward. dx is overwritten unless `accumulate_dx`.
-void lm_head_logprobs_backward(const Linear& head, const float* x, int64_t N, const int32_t* targets,
-                               const float* lse, const float* dlogprob, float* dx, bool accumulate_dx, float* dw,
+// dx [N, C] (+)= d/dx and dw [V, C] (+)= d/dW of sum_n dlogprob[n] * logprob[n], with lse from
+// the forward. dx is overwritten unless `accumulate_dx`, dw unless `accumulate_dw` (as in
+// Linear::backward).
+void lm_head_logprobs_backward(const Linear& head, const float* x, int64_t N, const int32_t* targets, const float* lse,
+                               const float* dlogprob, float* dx, bool accumulate_dx, float* dw, bool accumulate_dw,
                                LmHeadScratch& scratch);
 
 // logits [N, V] of the rows x [N, C] (greedy decoding and tests; N small).

@@ -271,15 +271,31 @@ const float* Transformer::params() const {
   return params_.data();
 }
 
+namespace {
+
+// n floats from p set to +0, in chunks on the kernel pool (2.4 GB of gradients at Qwen3-0.6B).
+void clear_floats(float* p, int64_t n) {
+  parallel_for_ranges(n, int64_t{1} << 18, [&](int64_t i0, int64_t i1) {
+    std::memset(p + i0, 0, static_cast<size_t>(i1 - i0) * sizeof(float));
+  });
+}
+
+}  // namespace
+
 float* Transformer::grads() {
   FP8RL_CHECK(!frozen_, "a frozen model has no gradients");
   FP8RL_CHECK(!grads_.empty(), "gradients were released (release_grads): call zero_grads first");
+  if (grads_zero_) {
+    clear_floats(grads_.data(), static_cast<int64_t>(grads_.size()));
+    grads_zero_ = false;
+  }
   return grads_.data();
 }
 
 void Transformer::release_grads() {
   grads_ = AlignedBuffer<float>();
   g_ = WeightPointers{};
+  grads_zero_ = false;
 }
 
 Linear& Transformer::frozen_linear(std::string_view name) {
@@ -377,12 +393,28 @@ void Transformer::zero_grads() {
   if (grads_.empty()) {  // released: a new zeroed buffer
     grads_ = AlignedBuffer<float>(static_cast<size_t>(layout_.numel()));
     g_ = layout_.bind(grads_.data());
+    grads_zero_ = false;
     return;
   }
-  // 100 MB at `medium`: in chunks on the kernel pool.
-  parallel_for_ranges(static_cast<int64_t>(grads_.size()), int64_t{1} << 18, [&](int64_t i0, int64_t i1) {
-    std::memset(grads_.data() + i0, 0, static_cast<size_t>(i1 - i0) * sizeof(float));
-  });
+  grads_zero_ = true;  // cleared by the next backward() or grads(), whichever comes first
+}
+
+bool Transformer::clear_grads_for_writing() {
+  if (!grads_zero_) return false;
+  grads_zero_ = false;
+  // Written by backward(): every layer's attention projections, a dense MLP's three, the LM head
+  // (with tied embeddings also the embedding, whose rows are added after it).
+  std::vector<const float*> written = {g_.lm_head};
+  for (size_t l = 0; l < linears_.size(); ++l) {
+    const LayerWeights& lg = g_.layers[l];
+    written.insert(written.end(), {lg.wq, lg.wk, lg.wv, lg.wo});
+    if (!linears_[l].is_moe) written.insert(written.end(), {lg.w_gate, lg.w_up, lg.w_down});
+  }
+  for (const ParamInfo& t : layout_.tensors()) {
+    float* p = grads_.data() + t.offset;
+    if (std::find(written.begin(), written.end(), p) == written.end()) clear_floats(p, t.shape.numel());
+  }
+  return true;
 }
 
 std::vector<Transformer::NamedLinear> Transformer::linears() const {
@@ -837,7 +869,8 @@ void Transformer::prefix_logprobs(const TokenBatch& batch, float* logprobs) {
   for (int64_t j = 0; j < S; ++j) logprobs[at[static_cast<size_t>(j)]] = lp[static_cast<size_t>(j)];
 }
 
-void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, float* dx, BackwardScratch& w) {
+void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, float* dx, BackwardScratch& w,
+                                 bool write_grads) {
   const int64_t N = B_ * T_, C = config_.d_model, F = config_.d_ff, Hq = config_.n_heads, Hkv = config_.n_kv_heads;
   const int64_t D = config_.head_dim;
   const LayerWeights& lw = w_.layers[static_cast<size_t>(l)];
@@ -847,6 +880,7 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
   float *datt = w.datt.data(), *dq = w.dq.data(), *dk = w.dk.data(), *dv = w.dv.data();
   float *dq_raw = w.dq_raw.data(), *dk_raw = w.dk_raw.data();
   const size_t residual_bytes = sizeof(float) * static_cast<size_t>(N * C);
+  const bool add = !write_grads;  // the dense linears' weight gradients: added, or written
   // x_next = x_mid + down(swiglu(gate(h2), up(h2))), h2 = norm(x_mid)
   if (ll.is_moe) {
     MoeWeights grads = lg.moe;
@@ -854,15 +888,15 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
     ll.moe.backward(dh, /*accumulate_dh=*/false, dx, a.moe, grads, w.moe,
                     w.aux_dprobs.empty() ? nullptr : w.aux_dprobs.data());
   } else {
-    ll.down.backward(ds, /*accumulate_dx=*/false, lg.w_down, dx, N, a.cdown);
+    ll.down.backward(ds, /*accumulate_dx=*/false, lg.w_down, dx, N, a.cdown, add);
     swiglu_backward(dg, du, ds, a.g.data(), a.u.data(), N * F);
-    ll.gate.backward(dh, /*accumulate_dx=*/false, lg.w_gate, dg, N, a.cgate);
-    ll.up.backward(dh, /*accumulate_dx=*/true, lg.w_up, du, N, a.cup);
+    ll.gate.backward(dh, /*accumulate_dx=*/false, lg.w_gate, dg, N, a.cgate, add);
+    ll.up.backward(dh, /*accumulate_dx=*/true, lg.w_up, du, N, a.cup, add);
   }
   std::memcpy(dx_mid, dx, residual_bytes);
   rmsnorm_backward(dx_mid, lg.mlp_norm, dh, a.x_mid.data(), lw.mlp_norm, a.rstd2.data(), N, C, /*accumulate_dx=*/true);
   // x_mid = x + o(attention(rope(norm(q(h1))), rope(norm(k(h1))), v(h1))), h1 = norm(x)
-  ll.o.backward(datt, /*accumulate_dx=*/false, lg.wo, dx_mid, N, a.co);
+  ll.o.backward(datt, /*accumulate_dx=*/false, lg.wo, dx_mid, N, a.co, add);
   const AttentionShape shape{B_, T_, Hq, Hkv, D};
   const bool bf16_attention = policy_.attention == Precision::kBF16;
   if (attention_e4m3_.empty()) {
@@ -887,9 +921,9 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
     dq_in = dq_raw;
     dk_in = dk_raw;
   }
-  ll.q.backward(dh, /*accumulate_dx=*/false, lg.wq, dq_in, N, a.cq);
-  ll.k.backward(dh, /*accumulate_dx=*/true, lg.wk, dk_in, N, a.ck);
-  ll.v.backward(dh, /*accumulate_dx=*/true, lg.wv, dv, N, a.cv);
+  ll.q.backward(dh, /*accumulate_dx=*/false, lg.wq, dq_in, N, a.cq, add);
+  ll.k.backward(dh, /*accumulate_dx=*/true, lg.wk, dk_in, N, a.ck, add);
+  ll.v.backward(dh, /*accumulate_dx=*/true, lg.wv, dv, N, a.cv, add);
   std::memcpy(dx, dx_mid, residual_bytes);
   rmsnorm_backward(dx, lg.attn_norm, dh, x, lw.attn_norm, a.rstd1.data(), N, C, /*accumulate_dx=*/true);
 }
@@ -918,8 +952,12 @@ void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_
     for (int32_t n : rows_.real_rows) std::copy(g.begin(), g.end(), w.aux_dprobs.begin() + int64_t{n} * E);
   }
 
+  // After zero_grads() the largest terms are written rather than added to zeros (a product summed
+  // from +0 is never -0, so 0 + product is the product's bits): no pass clearing 4 bytes per
+  // parameter, none adding a product scratch to them.
+  const bool write = clear_grads_for_writing();
   lm_head_logprobs_backward(lm_head_, hf_.data(), N, batch_.targets.data(), lse_.data(), dlogprobs, w.dhf.data(),
-                            /*accumulate_dx=*/false, g_.lm_head, head_scratch_);
+                            /*accumulate_dx=*/false, g_.lm_head, /*accumulate_dw=*/!write, head_scratch_);
   rmsnorm_backward(dx, g_.final_norm, w.dhf.data(), x_final_.data(), w_.final_norm, rstd_f_.data(), N, C,
                    /*accumulate_dx=*/false);
 
@@ -930,9 +968,9 @@ void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_
       // w.dh is free here (written before it is read in layer_backward) and holds x_next.
       layer_forward(l, x, recompute_acts_, w.dh.data(), w.tmp.data(), rows_, /*save_for_backward=*/true,
                     /*stop_after_qkv=*/false, &acts_[static_cast<size_t>(l)]);
-      layer_backward(l, x, recompute_acts_, dx, w);
+      layer_backward(l, x, recompute_acts_, dx, w, write);
     } else {
-      layer_backward(l, x, acts_[static_cast<size_t>(l)], dx, w);
+      layer_backward(l, x, acts_[static_cast<size_t>(l)], dx, w, write);
     }
   }
   // Embedding: dE[token, :] += (the sum over the rows n holding `token` of dx[n, :]), one term
@@ -957,6 +995,7 @@ void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_
 
 void Transformer::add_embedding_rows(const EmbeddingRowGrads& rows) {
   FP8RL_CHECK(!grads_.empty(), "add_embedding_rows: gradients were released (release_grads): call zero_grads first");
+  grads();  // clears a buffer zero_grads() marked
   const int64_t C = config_.d_model;
   FP8RL_CHECK(rows.rows.size() == rows.tokens.size() * static_cast<size_t>(C),
               "add_embedding_rows: {} values for {} tokens of width {}", rows.rows.size(), rows.tokens.size(), C);

@@ -73,12 +73,15 @@ class Transformer {
   float* params();
   const float* params() const;
   // [num_params] FP32, accumulated by backward(); allocated by the constructor and by zero_grads()
-  // after release_grads().
+  // after release_grads(). zero_grads() only marks the buffer as zeros: the first backward() after
+  // it writes its largest terms instead of adding them (the same bits) and clears the rest, and
+  // grads() clears the buffer if no backward() has run since.
   float* grads();
   // Frees the gradient buffer until the next zero_grads() (between GRPO steps, where generation
   // does not need it).
   void release_grads();
   const WeightPointers& weights() const { return w_; }
+  // Pointers into grads() (call it first: the values are valid after grads() or backward()).
   const WeightPointers& weight_grads() const { return g_; }
 
   // Per-layer activation recomputation (policy.activation_checkpointing): a forward for backward
@@ -279,7 +282,11 @@ class Transformer {
   // dx [N, C] (the gradient of the layer's output) becomes the gradient of its input x; the
   // layer's weight gradients are added. `w` holds the other gradient buffers.
   struct BackwardScratch;
-  void layer_backward(int64_t l, const float* x, const LayerActs& a, float* dx, BackwardScratch& w);
+  // `write_grads`: the dense linears' weight products are written, not added (backward()).
+  void layer_backward(int64_t l, const float* x, const LayerActs& a, float* dx, BackwardScratch& w, bool write_grads);
+  // After zero_grads(): clears the gradient tensors backward() adds to rather than writes (see
+  // backward()) and returns true; false (nothing done) when the buffer holds real gradients.
+  bool clear_grads_for_writing();
   void ensure_layer_acts(LayerActs& a, int64_t N) const;
   void resize_activations(int64_t B, int64_t T);
   void round_activations(float* x, int64_t n) const;
@@ -296,6 +303,7 @@ class Transformer {
   // Trainable: the FP32 masters [num_params]. Frozen: only the 1-D tensors (norms), packed.
   AlignedBuffer<float> params_, grads_;
   WeightPointers w_, g_;
+  bool grads_zero_ = false;  // grads_ stands for zeros (zero_grads()) whatever its memory holds
   std::vector<LayerLinears> linears_;
   Linear lm_head_;
   // Frozen only: the embedding [V, C] as the forward reads it (BF16, or FP32 under FP32

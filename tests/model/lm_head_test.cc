@@ -49,7 +49,14 @@ TEST_P(LmHead, ChunksGiveTheUnchunkedBits) {
 
   std::vector<float> dx(static_cast<size_t>(N * C)), dw(static_cast<size_t>(V * C), 0.0f);
   lm_head_logprobs_backward(head, x.data(), N, targets.data(), lse.data(), dlp.data(), dx.data(), false, dw.data(),
-                            scratch);
+                            /*accumulate_dw=*/true, scratch);
+  // Written instead of added (the first micro-batch after zero_grads): the bits of 0 + product,
+  // whatever dw held.
+  std::vector<float> dw_written(static_cast<size_t>(V * C), std::nanf("")), dx_again(dx.size());
+  lm_head_logprobs_backward(head, x.data(), N, targets.data(), lse.data(), dlp.data(), dx_again.data(), false,
+                            dw_written.data(), /*accumulate_dw=*/false, scratch);
+  EXPECT_EQ(std::memcmp(dw_written.data(), dw.data(), 4 * V * C), 0);
+  EXPECT_EQ(std::memcmp(dx_again.data(), dx.data(), 4 * N * C), 0);
   // dW: the unsliced wgrad GEMM over all rows, as Linear::backward runs it.
   std::vector<float> dl(static_cast<size_t>(N * V)), dw_full(static_cast<size_t>(V * C), 0.0f);
   token_logprobs_backward(dl.data(), logits.data(), V, 0, V, lse.data(), dlp.data(), targets.data(), N);

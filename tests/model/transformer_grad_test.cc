@@ -1,5 +1,6 @@
 // Whole-model finite-difference gradient check in the FP32 reference mode, with and without
 // q/k-norm and tied embeddings; and the BF16 / FP8 modes stay close to FP32.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -239,6 +240,38 @@ TEST(Transformer, MicroBatchGradientsAreAFoldOfTheirTerms) {
     }
     EXPECT_EQ(0, std::memcmp(in_place.data(), folded.data(), in_place.size() * sizeof(float))) << precision_name(linear);
   }
+}
+
+// zero_grads() only marks the buffer: the next backward writes the linears' and the LM head's
+// products and clears the other tensors. The bits are those of adding every term to zeros, whatever
+// the buffer held (NaN here), for a dense and an MoE model (whose experts and router are cleared
+// and added to), tied and untied embeddings, each linear precision.
+TEST(Transformer, FirstBackwardWritesWhatAddingToZerosGives) {
+  ModelConfig moe = micro_config(true, true);
+  moe.num_experts = 4, moe.experts_per_token = 2, moe.d_expert = 12, moe.mlp_only_layers = {0};
+  for (const ModelConfig& c : {micro_config(true, true), micro_config(false, false), moe})
+    for (Precision linear : {Precision::kF32, Precision::kBF16, Precision::kFP8}) {
+      SCOPED_TRACE(fmt::format("{} experts, tied {}, {}", c.num_experts, c.tie_embeddings, precision_name(linear)));
+      PrecisionPolicy policy;
+      policy.linear = linear;
+      Transformer model(c, policy);
+      model.init_random(3);
+      const TokenBatch batch = micro_batch();
+      const int64_t N = batch.B * batch.T, P = model.num_params();
+      std::vector<float> lp(static_cast<size_t>(N)), coeff(static_cast<size_t>(N));
+      fill_uniform(coeff.data(), N, -1.0f, 1.0f, 5, 0);
+      auto gradients = [&](bool clear_first) {
+        std::fill(model.grads(), model.grads() + P, std::nanf(""));
+        model.zero_grads();
+        if (clear_first) model.grads();  // cleared now: backward adds its terms to zeros
+        model.forward(batch, lp.data());
+        model.backward(coeff.data());
+        return std::vector<float>(model.grads(), model.grads() + P);
+      };
+      const std::vector<float> written = gradients(false), added = gradients(true);
+      EXPECT_EQ(0, std::memcmp(written.data(), added.data(), written.size() * sizeof(float)));
+      EXPECT_TRUE(std::all_of(added.begin(), added.end(), [](float g) { return std::isfinite(g); }));
+    }
 }
 
 }  // namespace
