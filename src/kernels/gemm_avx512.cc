@@ -151,6 +151,70 @@ void pack_bf16_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int6
   }
 }
 
+// A block of panels, pack_bf16_panel's bytes. K contiguous: panel by panel. Rows contiguous
+// (element (r, k) at src[k * ld + r], both operands of the weight gradients' products): one pass
+// over the source's lines, four source rows (two pairs) and 32 columns at a time, so that every
+// 64-byte line is read once and every store fills a line, with the next four rows prefetched.
+// Panel by panel, an 8-row A panel took 16 bytes of each of 256 lines 4 KiB apart, and the three
+// panels sharing those lines came back for them after L1 had let them go: 2048 x 1024 x 1024 in
+// that layout spent 13.6 % of its samples packing, against 3.6 % with K contiguous; this way 2.9 %.
+void pack_bf16_block(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panels,
+                     int64_t panel_bytes, float*, int64_t) {
+  const auto* src = static_cast<const bf16_t*>(op.data);
+  auto* out = static_cast<std::byte*>(panels);
+  if (op.k_contiguous) {
+    for (int r = 0; r < rows; r += tile)
+      pack_bf16_rows(src, op.ld, r0 + r, std::min(tile, rows - r), tile, k0, kc,
+                     reinterpret_cast<uint32_t*>(out + r / tile * panel_bytes));
+    return;
+  }
+  auto panel = [&](int col) { return reinterpret_cast<uint32_t*>(out + col / tile * panel_bytes) + col % tile; };
+  const __m512i first = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
+  const int64_t groups = (kc + 1) / 2;
+  const int width = (rows + tile - 1) / tile * tile;  // the panels' columns, padding included
+  for (int64_t g = 0; g < groups; g += 2) {
+    const bf16_t* row = src + (k0 + 2 * g) * op.ld + r0;
+    const int64_t present = std::min<int64_t>(4, kc - 2 * g);  // source rows k0 + 2g .. (1 to 4)
+    const bool two = g + 1 < groups;                           // pair g + 1 exists
+    for (int c = 0; c < width; c += 32) {
+      const int left = std::clamp(rows - c, 0, 32);
+      const __mmask32 m = left == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
+      __m512i x[4];
+      for (int i = 0; i < 4; ++i) {
+        x[i] = i < present ? _mm512_maskz_loadu_epi16(m, row + i * op.ld + c) : _mm512_setzero_si512();
+        _mm_prefetch(reinterpret_cast<const char*>(row + (4 + i) * op.ld + c), _MM_HINT_T0);  // the next pairs' rows
+      }
+      // v[h][q]: pair g + q of columns c + 16h .. c + 16h + 15, one word per column.
+      const __m512i v[2][2] = {
+          {_mm512_permutex2var_epi16(x[0], first, x[1]), _mm512_permutex2var_epi16(x[2], first, x[3])},
+          {_mm512_permutex2var_epi16(x[0], second, x[1]), _mm512_permutex2var_epi16(x[2], second, x[3])}};
+      for (int h = 0; h < 2 && c + 16 * h < width; ++h) {
+        const int col = c + 16 * h;
+        if (tile != 8) {  // a multiple of 16: the 16 columns lie in one panel, pairs g and g + 1 a row apart
+          uint32_t* dst = panel(col) + g * tile;
+          _mm512_storeu_si512(dst, v[h][0]);
+          if (two) _mm512_storeu_si512(dst + tile, v[h][1]);
+          continue;
+        }
+        // 8-row panels: columns col .. col + 7 in one, col + 8 .. col + 15 in the next; a panel's
+        // pairs g and g + 1 are 8 words each, side by side.
+        for (int half = 0; half < 2 && col + 8 * half < width; ++half) {
+          uint32_t* dst = panel(col + 8 * half) + g * 8;
+          if (two) {
+            _mm512_storeu_si512(dst, half == 0 ? _mm512_shuffle_i64x2(v[h][0], v[h][1], 0x44)
+                                               : _mm512_shuffle_i64x2(v[h][0], v[h][1], 0xEE));
+          } else {
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst),
+                                half == 0 ? _mm512_castsi512_si256(v[h][0]) : _mm512_extracti64x4_epi64(v[h][0], 1));
+          }
+        }
+      }
+    }
+  }
+}
+
 // FP8 codes [rows, K] row-major: decode the panel's rows to BF16 (exact) in a scratch block
 // [tile][kc rounded up to 64], then pack it like a BF16 source. Scales [ceil(kc/128)][tile].
 void pack_fp8_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
@@ -309,7 +373,8 @@ GemmBackend make_backend(DType type) {
       be.k_group = 2;
       be.element_bytes = 2;
       be.kc_block = 256;  // B panel 256 x 48 x 2 = 24 KiB
-      be.pack_a = be.pack_b = pack_bf16_panel;
+      be.pack_a = be.pack_b = pack_bf16_panel;  // for the AMX back-end's packers
+      be.pack_a_block = be.pack_b_block = pack_bf16_block;
       be.kernel = kernel_bf16<false>;
       be.kernel_rounding = kernel_bf16<true>;
       break;

@@ -44,6 +44,21 @@ void round_rows(float* c, int64_t ld, int64_t rows, int64_t cols) {
   for (int64_t y = 0; y < rows; ++y) round_row(c + y * ld, cols);
 }
 
+// Packs rows [r0, r1) of `op` into consecutive panels of `tile` rows: with the back-end's block
+// packer where it has one, else panel by panel.
+void pack_panels(PackPanelFn panel_fn, PackBlockFn block_fn, const GemmOperand& op, int64_t r0, int64_t r1, int tile,
+                 int64_t k0, int64_t kc, std::byte* panels, int64_t panel_bytes, float* scales, int64_t scales_stride) {
+  if (block_fn != nullptr) {
+    block_fn(op, r0, static_cast<int>(r1 - r0), tile, k0, kc, panels, panel_bytes, scales, scales_stride);
+    return;
+  }
+  for (int64_t i = 0; r0 + i * tile < r1; ++i) {
+    const int64_t r = r0 + i * tile;
+    panel_fn(op, r, static_cast<int>(std::min<int64_t>(tile, r1 - r)), tile, k0, kc, panels + i * panel_bytes,
+             scales ? scales + i * scales_stride : nullptr);
+  }
+}
+
 // The rectangle of C one task computes.
 struct TaskRange {
   int64_t m0, m1, n0, n1;
@@ -84,19 +99,13 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
     const MicroKernelFn kernel = round_in_kernel ? be.kernel_rounding : be.kernel;
     const int64_t nc = std::min(be.nc_block, r.n1 - jc);
     const int64_t b_panels = ceil_div(nc, be.nr);
-    for (int64_t j = 0; j < b_panels; ++j) {
-      const int64_t n = jc + j * be.nr;
-      be.pack_b(p.b, n, static_cast<int>(std::min<int64_t>(be.nr, r.n1 - n)), be.nr, pc, kc, b_pack + j * b_panel_bytes,
-                b_scales ? b_scales + j * slices_max * be.nr : nullptr);
-    }
+    pack_panels(be.pack_b, be.pack_b_block, p.b, jc, jc + nc, be.nr, pc, kc, b_pack, b_panel_bytes, b_scales,
+                slices_max * be.nr);
     for (int64_t ic = r.m0; ic < r.m1; ic += be.mc_block) {
       const int64_t mc = std::min(be.mc_block, r.m1 - ic);
       const int64_t a_panels = ceil_div(mc, be.mr);
-      for (int64_t i = 0; i < a_panels; ++i) {
-        const int64_t m = ic + i * be.mr;
-        be.pack_a(p.a, m, static_cast<int>(std::min<int64_t>(be.mr, r.m1 - m)), be.mr, pc, kc,
-                  a_pack + i * a_panel_bytes, a_scales ? a_scales + i * slices_max * be.mr : nullptr);
-      }
+      pack_panels(be.pack_a, be.pack_a_block, p.a, ic, ic + mc, be.mr, pc, kc, a_pack, a_panel_bytes, a_scales,
+                  slices_max * be.mr);
       for (int64_t j = 0; j < b_panels; ++j) {
         const int64_t n = jc + j * be.nr;
         const int64_t cols = std::min<int64_t>(be.nr, r.n1 - n);

@@ -43,6 +43,13 @@ struct GemmOperand {
 using PackPanelFn = void (*)(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
                              void* panel, float* scales);
 
+// The same for the ceil(rows / tile) consecutive panels of rows [r0, r0 + rows), `panel_bytes`
+// apart (their scales `scales_stride` floats apart): one call per cache block, for back-ends that
+// read a source laid out across rows (k_contiguous false) better a block at a time than a panel at
+// a time. The panels' bytes are PackPanelFn's.
+using PackBlockFn = void (*)(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
+                             void* panels, int64_t panel_bytes, float* scales, int64_t scales_stride);
+
 // C tile [MR, NR] (row stride ldc) from panels covering kc elements of K. With `load_c` the
 // accumulators start from C (a continued K block), else from zero. Blockwise kernels sum each
 // 128-element slice separately and add slice * (sa[m] * sb[n]) to the running value in C.
@@ -58,6 +65,9 @@ struct GemmBackend {
   int64_t kc_block = 256, mc_block = 192, nc_block = 1536;
   PackPanelFn pack_a = nullptr;
   PackPanelFn pack_b = nullptr;
+  // Optional: packs a whole block in one call instead of pack_a / pack_b panel by panel.
+  PackBlockFn pack_a_block = nullptr;
+  PackBlockFn pack_b_block = nullptr;
   MicroKernelFn kernel = nullptr;
   // Optional: the same kernel with its output rounded to BF16 values (bf16_round_f32's bits) as
   // it is stored, for the last K block of a rounded product; without it the driver rounds the

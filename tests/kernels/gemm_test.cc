@@ -418,5 +418,37 @@ TEST(Gemm, RowsDoNotDependOnTheOtherRows) {
   }
 }
 
+// The AVX-512 BF16 back-end's block packer writes the bytes its panel packer writes, panel for
+// panel, zero padding included and nothing past the pairs: both source layouts, the A and B tiles,
+// odd K, K offsets and rows that end inside a panel.
+TEST(Gemm, Avx512BlockPackingGivesThePanelPackersBytes) {
+  if (!cpu_features().has_avx512_kernels()) GTEST_SKIP() << "the AVX-512 back-end needs AVX-512 BF16";
+  const gemm_detail::GemmBackend& be = gemm_detail::gemm_backend_avx512(DType::kBF16);
+  ASSERT_NE(be.pack_a_block, nullptr);
+  const int64_t R = 203, K = 517, ld = 531;  // R rows of K, stored both ways with a padded stride
+  const std::vector<bf16_t> values = to_bf16(random_values(ld * ld, 9));
+  struct Range {
+    int64_t first, count;
+  };
+  for (bool k_contiguous : {true, false})
+    for (int tile : {be.mr, be.nr})
+      for (Range r : {Range{0, 1}, Range{5, 8}, Range{3, 37}, Range{0, 192}, Range{11, 192}})
+        for (Range k : {Range{0, 256}, Range{256, 256}, Range{3, 1}, Range{1, 255}, Range{261, 256}}) {
+          ASSERT_LE(r.first + r.count, R);
+          ASSERT_LE(k.first + k.count, K);
+          const gemm_detail::GemmOperand op{DType::kBF16, values.data(), ld, k_contiguous, nullptr};
+          const int64_t panels = (r.count + tile - 1) / tile;
+          const int64_t panel_bytes = be.kc_block / 2 * tile * 4;
+          std::vector<uint32_t> want(static_cast<size_t>(panels * panel_bytes / 4), 0xDEADBEEF), got = want;
+          for (int64_t i = 0; i < panels; ++i)
+            be.pack_a(op, r.first + i * tile, static_cast<int>(std::min<int64_t>(tile, r.count - i * tile)), tile,
+                      k.first, k.count, want.data() + i * panel_bytes / 4, nullptr);
+          be.pack_a_block(op, r.first, static_cast<int>(r.count), tile, k.first, k.count, got.data(), panel_bytes,
+                          nullptr, 0);
+          EXPECT_EQ(got, want) << (k_contiguous ? "K contiguous" : "rows contiguous") << ", tile " << tile << ", rows "
+                               << r.first << "+" << r.count << ", k " << k.first << "+" << k.count;
+        }
+}
+
 }  // namespace
 }  // namespace fp8rl
