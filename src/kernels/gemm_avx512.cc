@@ -112,14 +112,19 @@ void pack_bf16_rows(const bf16_t* src, int64_t ld, int64_t r0, int rows, int til
     for (int r = 0; r < tile; ++r) out[full * tile + r] = r < rows ? base[r * ld + kc - 1] : 0u;
 }
 
+// The vpermt2w indices that interleave two rows of 32 BF16 values (lo = row k, hi = row k + 1):
+// word i of the result is column i / 2 of row k (i even) or of row k + 1 (i odd); adding 16 to
+// every index gives columns 16 .. 31.
+inline __m512i interleave_first() {
+  return _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35,
+                          3, 34, 2, 33, 1, 32, 0);
+}
+
 // BF16 source with rows contiguous (element (r, k) at src[k * ld + r]): each pair interleaves
 // two consecutive source rows k, k+1, 32 columns at a time (one vpermt2w per 16 pairs).
 void pack_bf16_cols(const bf16_t* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
                     uint32_t* out) {
-  // Word i of the result: column i / 2 (+ 16 for the second) of row k (i even) or k + 1 (i odd).
-  const __m512i first = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
-                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
+  const __m512i first = interleave_first(), second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
   for (int64_t g = 0; g * 2 < kc; ++g) {
     const bf16_t* even = src + (k0 + 2 * g) * ld + r0;
     const bool has_odd = 2 * g + 1 < kc;
@@ -169,9 +174,7 @@ void pack_bf16_block(const GemmOperand& op, int64_t r0, int rows, int tile, int6
     return;
   }
   auto panel = [&](int col) { return reinterpret_cast<uint32_t*>(out + col / tile * panel_bytes) + col % tile; };
-  const __m512i first = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
-                                         5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
+  const __m512i first = interleave_first(), second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
   const int64_t groups = (kc + 1) / 2;
   const int width = (rows + tile - 1) / tile * tile;  // the panels' columns, padding included
   for (int64_t g = 0; g < groups; g += 2) {
