@@ -41,22 +41,17 @@ float tree_sum(float lanes[16]) {
   return lanes[0];
 }
 
-float finish_lse(float m, double sum) { return m + static_cast<float>(std::log(sum)); }
-
 // ---- portable: the definition ----------------------------------------------------------------
 
-float lse_scalar(const float* x, int64_t V) {
+float block_stats_scalar(const float* x, int64_t n, float* sum) {
   float lanes[16];
   std::fill(lanes, lanes + 16, -INFINITY);
-  for (int64_t v = 0; v < V; ++v) lanes[v % 16] = lane_max(x[v], lanes[v % 16]);
+  for (int64_t v = 0; v < n; ++v) lanes[v % 16] = lane_max(x[v], lanes[v % 16]);
   const float m = tree_max(lanes);
-  double sum = 0.0;
-  for (int64_t b = 0; b < V; b += kLseBlock) {
-    std::fill(lanes, lanes + 16, 0.0f);
-    for (int64_t v = b; v < std::min(V, b + kLseBlock); ++v) lanes[v % 16] += exp_f32(x[v] - m);
-    sum += static_cast<double>(tree_sum(lanes));
-  }
-  return finish_lse(m, sum);
+  std::fill(lanes, lanes + 16, 0.0f);
+  for (int64_t v = 0; v < n; ++v) lanes[v % 16] += exp_f32(x[v] - m);
+  *sum = tree_sum(lanes);
+  return m;
 }
 
 void scaled_exp_scalar(float* d, const float* x, int64_t n, float lse, float minus_dlp) {
@@ -69,32 +64,23 @@ FP8RL_AVX512_BEGIN
 
 inline __mmask16 mask16(int64_t left) { return static_cast<__mmask16>(avx512::first_bytes_mask(left)); }
 
-float lse_avx512(const float* x, int64_t V) {
+float block_stats_avx512(const float* x, int64_t n, float* sum) {
   alignas(64) float lanes[16];
   __m512 mv = _mm512_set1_ps(-INFINITY);
   int64_t v = 0;
-  for (; v + 16 <= V; v += 16) mv = _mm512_max_ps(_mm512_loadu_ps(x + v), mv);
-  if (v < V) {
-    const __mmask16 k = mask16(V - v);
-    mv = _mm512_mask_max_ps(mv, k, _mm512_maskz_loadu_ps(k, x + v), mv);
-  }
+  for (; v + 16 <= n; v += 16) mv = _mm512_max_ps(_mm512_loadu_ps(x + v), mv);
+  const __mmask16 tail = mask16(n - v);
+  if (v < n) mv = _mm512_mask_max_ps(mv, tail, _mm512_maskz_loadu_ps(tail, x + v), mv);
   _mm512_store_ps(lanes, mv);
   const float m = tree_max(lanes);
   const __m512 mb = _mm512_set1_ps(m);
-  double sum = 0.0;
-  for (int64_t b = 0; b < V; b += kLseBlock) {
-    const int64_t end = std::min(V, b + kLseBlock);
-    __m512 acc = _mm512_setzero_ps();
-    for (v = b; v + 16 <= end; v += 16)
-      acc = _mm512_add_ps(acc, avx512::exp16(_mm512_sub_ps(_mm512_loadu_ps(x + v), mb)));
-    if (v < end) {
-      const __mmask16 k = mask16(end - v);
-      acc = _mm512_mask_add_ps(acc, k, acc, avx512::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + v), mb)));
-    }
-    _mm512_store_ps(lanes, acc);
-    sum += static_cast<double>(tree_sum(lanes));
-  }
-  return finish_lse(m, sum);
+  __m512 acc = _mm512_setzero_ps();
+  for (v = 0; v + 16 <= n; v += 16) acc = _mm512_add_ps(acc, avx512::exp16(_mm512_sub_ps(_mm512_loadu_ps(x + v), mb)));
+  if (v < n)
+    acc = _mm512_mask_add_ps(acc, tail, acc, avx512::exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + v), mb)));
+  _mm512_store_ps(lanes, acc);
+  *sum = tree_sum(lanes);
+  return m;
 }
 
 void scaled_exp_avx512(float* d, const float* x, int64_t n, float lse, float minus_dlp) {
@@ -121,36 +107,32 @@ inline __m256 load_partial8(const float* x, int64_t n, float fill) {
   return _mm256_load_ps(buf);
 }
 
-float lse_avx2(const float* x, int64_t V) {
+float block_stats_avx2(const float* x, int64_t n, float* sum) {
   alignas(32) float lanes[16];
   __m256 lo = _mm256_set1_ps(-INFINITY), hi = lo;
   int64_t v = 0;
-  for (; v + 16 <= V; v += 16) {
+  for (; v + 16 <= n; v += 16) {
     lo = _mm256_max_ps(_mm256_loadu_ps(x + v), lo);
     hi = _mm256_max_ps(_mm256_loadu_ps(x + v + 8), hi);
   }
-  if (v < V) {  // lanes past V see -Inf, which max keeps as it was
-    lo = _mm256_max_ps(load_partial8(x + v, std::min<int64_t>(8, V - v), -INFINITY), lo);
-    if (V - v > 8) hi = _mm256_max_ps(load_partial8(x + v + 8, V - v - 8, -INFINITY), hi);
+  if (v < n) {  // lanes past n see -Inf, which max keeps as it was
+    lo = _mm256_max_ps(load_partial8(x + v, std::min<int64_t>(8, n - v), -INFINITY), lo);
+    if (n - v > 8) hi = _mm256_max_ps(load_partial8(x + v + 8, n - v - 8, -INFINITY), hi);
   }
   _mm256_store_ps(lanes, lo);
   _mm256_store_ps(lanes + 8, hi);
   const float m = tree_max(lanes);
   const __m256 mb = _mm256_set1_ps(m);
-  double sum = 0.0;
-  for (int64_t b = 0; b < V; b += kLseBlock) {
-    const int64_t end = std::min(V, b + kLseBlock);
-    __m256 acc_lo = _mm256_setzero_ps(), acc_hi = acc_lo;
-    for (v = b; v + 16 <= end; v += 16) {
-      acc_lo = _mm256_add_ps(acc_lo, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + v), mb)));
-      acc_hi = _mm256_add_ps(acc_hi, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + v + 8), mb)));
-    }
-    _mm256_store_ps(lanes, acc_lo);
-    _mm256_store_ps(lanes + 8, acc_hi);
-    for (; v < end; ++v) lanes[v % 16] += exp_f32(x[v] - m);  // the tail, in scalar: the same bits
-    sum += static_cast<double>(tree_sum(lanes));
+  __m256 acc_lo = _mm256_setzero_ps(), acc_hi = acc_lo;
+  for (v = 0; v + 16 <= n; v += 16) {
+    acc_lo = _mm256_add_ps(acc_lo, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + v), mb)));
+    acc_hi = _mm256_add_ps(acc_hi, avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(x + v + 8), mb)));
   }
-  return finish_lse(m, sum);
+  _mm256_store_ps(lanes, acc_lo);
+  _mm256_store_ps(lanes + 8, acc_hi);
+  for (; v < n; ++v) lanes[v % 16] += exp_f32(x[v] - m);  // the tail, in scalar: the same bits
+  *sum = tree_sum(lanes);
+  return m;
 }
 
 void scaled_exp_avx2(float* d, const float* x, int64_t n, float lse, float minus_dlp) {
@@ -163,11 +145,12 @@ void scaled_exp_avx2(float* d, const float* x, int64_t n, float lse, float minus
 
 FP8RL_AVX2_END
 
-using LseFn = float (*)(const float*, int64_t);
+using BlockStatsFn = float (*)(const float*, int64_t, float*);
 using ScaledExpFn = void (*)(float*, const float*, int64_t, float, float);
 
 // AMX has no loops of its own and runs AVX-512's.
-constexpr IsaTable<LseFn> kLse{.portable = lse_scalar, .avx2 = lse_avx2, .avx512 = lse_avx512};
+constexpr IsaTable<BlockStatsFn> kBlockStats{
+    .portable = block_stats_scalar, .avx2 = block_stats_avx2, .avx512 = block_stats_avx512};
 constexpr IsaTable<ScaledExpFn> kScaledExp{
     .portable = scaled_exp_scalar, .avx2 = scaled_exp_avx2, .avx512 = scaled_exp_avx512};
 
@@ -176,13 +159,42 @@ int64_t rows_per_task(int64_t V) { return std::max<int64_t>(1, 65536 / std::max<
 
 }  // namespace
 
-float logsumexp_row(const float* logits, int64_t V, Isa isa) { return pick(kLse, isa)(logits, V); }
+float lse_from_block_stats(const float* max, const float* sum, int64_t blocks) {
+  float m = -INFINITY;
+  for (int64_t b = 0; b < blocks; ++b) m = lane_max(max[b], m);
+  double total = 0.0;
+  for (int64_t b = 0; b < blocks; ++b)
+    if (max[b] != -INFINITY) total += static_cast<double>(sum[b]) * static_cast<double>(exp_f32(max[b] - m));
+  return m + static_cast<float>(std::log(total));
+}
+
+float logsumexp_row(const float* logits, int64_t V, Isa isa) {
+  const BlockStatsFn stats = pick(kBlockStats, isa);
+  const int64_t blocks = (V + kLseBlock - 1) / kLseBlock;
+  constexpr int64_t kStackBlocks = 128;  // vocabularies up to 262,144 without a heap allocation
+  float on_stack[2 * kStackBlocks];
+  std::vector<float> on_heap(blocks > kStackBlocks ? static_cast<size_t>(2 * blocks) : 0);
+  float* max = blocks > kStackBlocks ? on_heap.data() : on_stack;
+  float* sum = max + blocks;
+  for (int64_t b = 0; b < blocks; ++b)
+    max[b] = stats(logits + b * kLseBlock, std::min(kLseBlock, V - b * kLseBlock), &sum[b]);
+  return lse_from_block_stats(max, sum, blocks);
+}
+
+void lse_block_stats_rows(float* max, float* sum, int64_t stats_ld, const float* logits, int64_t ld, int64_t n,
+                          int64_t rows, Isa isa) {
+  FP8RL_CHECK(n >= 1 && n <= kLseBlock, "a log-sum-exp block holds 1 to {} logits, got {}", kLseBlock, n);
+  const BlockStatsFn stats = pick(kBlockStats, isa);
+  parallel_for_ranges(rows, rows_per_task(n), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) max[r * stats_ld] = stats(logits + r * ld, n, &sum[r * stats_ld]);
+  });
+}
 
 void token_logprobs_forward(float* logprob, float* lse_out, const float* logits, int64_t ld, const int32_t* targets,
                             int64_t N, int64_t V, Isa isa) {
   for (int64_t n = 0; n < N; ++n)
     FP8RL_CHECK(targets[n] < V, "token id {} at position {} is outside the vocabulary of {}", targets[n], n, V);
-  const LseFn lse = pick(kLse, isa);
+
   parallel_for_ranges(N, rows_per_task(V), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {
       const float* row = logits + n * ld;
@@ -191,7 +203,7 @@ void token_logprobs_forward(float* logprob, float* lse_out, const float* logits,
         if (lse_out != nullptr) lse_out[n] = 0.0f;
         continue;
       }
-      const float l = lse(row, V);
+      const float l = logsumexp_row(row, V, isa);
       if (lse_out != nullptr) lse_out[n] = l;
       logprob[n] = row[targets[n]] - l;
     }

@@ -41,21 +41,44 @@ void lm_head_logprobs_forward(const Linear& head, const float* x, int64_t N, con
   check_head(head);
   const int64_t V = head.out_features(), C = head.in_features();
   const bool bf16 = head.precision() == Precision::kBF16;
-  const int64_t chunk = std::clamp<int64_t>(kHeadChunkElements / V, 1, std::max<int64_t>(N, 1));
-  float* logits = sized(s.logits, chunk * V);
-  bf16_t* xb = bf16 ? sized(s.x_bf16, N * C) : nullptr;
-  if (bf16) bf16_encode_f32(x, xb, N * C);
-  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-    const int64_t rows = std::min(chunk, N - n0);
-    bool any = false;
-    for (int64_t n = n0; n < n0 + rows; ++n) any = any || targets[n] >= 0;
-    if (!any) {  // no target in the chunk (a prompt): no logits needed
-      std::fill(logprob + n0, logprob + n0 + rows, 0.0f);
-      std::fill(lse + n0, lse + n0 + rows, 0.0f);
-      continue;
+  // The rows with a target, in order; the others (prompt positions) get 0 and no logits.
+  int32_t* rows = sized(s.rows, N);
+  int64_t R = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    FP8RL_CHECK(targets[n] < V, "token id {} at position {} is outside the vocabulary of {}", targets[n], n, V);
+    if (targets[n] >= 0) {
+      rows[R++] = static_cast<int32_t>(n);
+    } else {
+      logprob[n] = lse[n] = 0.0f;
     }
-    head_product(head, x + n0 * C, bf16 ? xb + n0 * C : nullptr, rows, 0, V, logits, V);
-    token_logprobs_forward(logprob + n0, lse + n0, logits, V, targets + n0, rows, V);
+  }
+  if (R == 0) return;
+  const float* xr = x;
+  if (R < N) {
+    float* gathered = sized(s.x_rows, R * C);
+    for (int64_t r = 0; r < R; ++r) std::copy_n(x + rows[r] * C, C, gathered + r * C);
+    xr = gathered;
+  }
+  bf16_t* xb = bf16 ? sized(s.x_bf16, R * C) : nullptr;
+  if (bf16) bf16_encode_f32(xr, xb, R * C);
+  const int64_t blocks = (V + kLseBlock - 1) / kLseBlock;
+  float* block_max = sized(s.block_max, R * blocks);
+  float* block_sum = sized(s.block_sum, R * blocks);
+  float* target_logit = sized(s.target_logit, R);
+  float* logits = sized(s.logits, R * std::min(kLseBlock, V));
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t v0 = b * kLseBlock, width = std::min(kLseBlock, V - v0);
+    head_product(head, xr, xb, R, v0, width, logits, width);
+    lse_block_stats_rows(block_max + b, block_sum + b, blocks, logits, width, width, R);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t j = targets[rows[r]] - v0;
+      if (j >= 0 && j < width) target_logit[r] = logits[r * width + j];
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const float l = lse_from_block_stats(block_max + r * blocks, block_sum + r * blocks, blocks);
+    lse[rows[r]] = l;
+    logprob[rows[r]] = target_logit[r] - l;
   }
 }
 

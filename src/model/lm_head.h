@@ -5,10 +5,15 @@
 //   x [N, C]   the final norm's output (BF16 values unless the head is FP32)
 //   W [V, C]   the head's weights (Linear: BF16 copy, or FP32 master with policy.fp32_lm_head)
 //
-// Forward: rows in chunks of at most kHeadChunkElements / V rows: logits [chunk, V] = x W^T (the
-// GEMM the Linear's forward runs), then the log-prob of each row's target and its log-sum-exp
-// (kernels/logprob.h). Only logprob [N] and lse [N] are kept. Rows are independent, so the chunk
-// size changes no bit.
+// Forward: the vocabulary in blocks of kLseBlock columns (the log-sum-exp's blocks,
+// kernels/logprob.h). For each block in order: logits [R, block] = x W[block]^T for the R rows
+// that have a target (the GEMM the Linear's forward runs; prompt rows get log-prob 0 and no
+// logits), then each row's block statistics (max, sum of exponentials) and, where the target falls
+// in the block, its logit. The rows' lse come from their blocks' statistics, the log-probs from
+// the target logits: the bits of token_logprobs_forward over the whole row (a GEMM element
+// depends on K only, and the lse's blocks are computed alone). Only logprob [N] and lse [N] are
+// kept, with 8 bytes per row and block of statistics; each block's weights are packed once for
+// all rows.
 //
 // Backward: the vocabulary in slices of kHeadSliceColumns (a constant: the order of the dx sum
 // depends on it and on nothing else). For each slice in order: its logits [N, slice] are computed
@@ -27,14 +32,18 @@
 
 namespace fp8rl {
 
-inline constexpr int64_t kHeadChunkElements = int64_t{16} << 20;  // logits per forward chunk (64 MB)
-inline constexpr int64_t kHeadSliceColumns = 2048;                 // vocabulary columns per backward slice
+inline constexpr int64_t kHeadSliceColumns = 2048;  // vocabulary columns per backward slice
 
 // Storage reused from call to call (sized for the largest batch seen).
 struct LmHeadScratch {
-  AlignedBuffer<bf16_t> x_bf16;   // [N, C]
-  AlignedBuffer<float> logits;    // [chunk, V] or [N, slice]
-  AlignedBuffer<bf16_t> dlogits;  // [N, slice] BF16
+  AlignedBuffer<bf16_t> x_bf16;       // [N, C]
+  AlignedBuffer<float> logits;        // [N, slice] or [N, block]
+  AlignedBuffer<bf16_t> dlogits;      // [N, slice] BF16
+  AlignedBuffer<int32_t> rows;        // forward: the rows with a target
+  AlignedBuffer<float> x_rows;        // forward: those rows of x [R, C], where some have none
+  AlignedBuffer<float> block_max;     // forward: [R, blocks] lse statistics
+  AlignedBuffer<float> block_sum;     // [R, blocks]
+  AlignedBuffer<float> target_logit;  // [R]
 };
 
 // logprob [N] of targets [N] (< 0: none, log-prob 0), lse [N] (0 where there is no target).

@@ -49,6 +49,40 @@ TEST(Logprob, EveryLevelGivesTheDefinitionsBits) {
     }
 }
 
+// A caller that sees a block of columns at a time (the LM head's forward) gets the whole row's
+// bits from lse_block_stats_rows and lse_from_block_stats; rows with a whole block masked, the
+// maximum in the last, short block, and every logit masked.
+TEST(Logprob, BlockStatisticsGiveTheWholeRowsBits) {
+  for (int64_t V : {int64_t{5003}, int64_t{151936}}) {
+    const int64_t N = 4, blocks = (V + kLseBlock - 1) / kLseBlock;
+    std::vector<float> logits(static_cast<size_t>(N * V));
+    fill_normal(logits.data(), N * V, 0.0f, 3.0f, 9, static_cast<uint64_t>(V));
+    float* masked_block = logits.data() + V;
+    std::fill(masked_block + kLseBlock, masked_block + 2 * kLseBlock, -INFINITY);
+    logits[static_cast<size_t>(3 * V - 1)] = 60.0f;  // row 2's max in its last block
+    std::fill(logits.begin() + 3 * V, logits.end(), -INFINITY);
+    for (Isa isa : testing::available_isas()) {
+      std::vector<float> max(static_cast<size_t>(N * blocks)), sum(max.size());
+      for (int64_t b = 0; b < blocks; ++b)
+        lse_block_stats_rows(max.data() + b, sum.data() + b, blocks, logits.data() + b * kLseBlock, V,
+                             std::min(kLseBlock, V - b * kLseBlock), N, isa);
+      for (int64_t n = 0; n < N; ++n) {
+        const float* row = logits.data() + n * V;
+        const float got = lse_from_block_stats(max.data() + n * blocks, sum.data() + n * blocks, blocks);
+        const float want = logsumexp_row(row, V, Isa::kPortable);
+        EXPECT_EQ(std::memcmp(&got, &want, 4), 0) << isa_name(isa) << " V " << V << " row " << n;
+        if (n == N - 1) {
+          EXPECT_EQ(want, -INFINITY);
+          continue;
+        }
+        const long double exact = exact_lse(std::vector<float>(row, row + V));
+        EXPECT_LE(std::fabs(static_cast<long double>(want) - exact), 1e-6L * (1 + std::fabs(exact)))
+            << "V " << V << " row " << n;
+      }
+    }
+  }
+}
+
 TEST(Logprob, ForwardAndBackwardAreTheFormulasOnEveryLevel) {
   const int64_t N = 5, V = 2049 + 16;
   std::vector<float> logits(static_cast<size_t>(N * V));
