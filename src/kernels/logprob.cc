@@ -190,10 +190,14 @@ void lse_block_stats_rows(float* max, float* sum, int64_t stats_ld, const float*
   });
 }
 
-void token_logprobs_forward(float* logprob, float* lse_out, const float* logits, int64_t ld, const int32_t* targets,
-                            int64_t N, int64_t V, Isa isa) {
+void check_token_ids(const int32_t* targets, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; ++n)
     FP8RL_CHECK(targets[n] < V, "token id {} at position {} is outside the vocabulary of {}", targets[n], n, V);
+}
+
+void token_logprobs_forward(float* logprob, float* lse_out, const float* logits, int64_t ld, const int32_t* targets,
+                            int64_t N, int64_t V, Isa isa) {
+  check_token_ids(targets, N, V);
 
   parallel_for_ranges(N, rows_per_task(V), [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {

@@ -33,6 +33,9 @@ inline constexpr int64_t kLseBlock = 2048;
 
 float logsumexp_row(const float* logits, int64_t V, Isa isa = Isa::kAuto);
 
+// Throws unless every target[n] < V (a clear error naming the position).
+void check_token_ids(const int32_t* targets, int64_t N, int64_t V);
+
 // The definition in two parts, for callers that see the rows a block of columns at a time:
 // lse_block_stats_rows writes m_b and s_b of `rows` rows' block (row r's n <= kLseBlock logits at
 // logits + r * ld, starting at a block boundary of its row) to max[r * stats_ld] and

@@ -41,11 +41,11 @@ void lm_head_logprobs_forward(const Linear& head, const float* x, int64_t N, con
   check_head(head);
   const int64_t V = head.out_features(), C = head.in_features();
   const bool bf16 = head.precision() == Precision::kBF16;
+  check_token_ids(targets, N, V);
   // The rows with a target, in order; the others (prompt positions) get 0 and no logits.
   int32_t* rows = sized(s.rows, N);
   int64_t R = 0;
   for (int64_t n = 0; n < N; ++n) {
-    FP8RL_CHECK(targets[n] < V, "token id {} at position {} is outside the vocabulary of {}", targets[n], n, V);
     if (targets[n] >= 0) {
       rows[R++] = static_cast<int32_t>(n);
     } else {
@@ -53,14 +53,22 @@ void lm_head_logprobs_forward(const Linear& head, const float* x, int64_t N, con
     }
   }
   if (R == 0) return;
+  // The head's input for those rows: BF16 codes of x's rows (a BF16 head), or x itself or a
+  // gathered copy of its rows (an FP32 head).
   const float* xr = x;
-  if (R < N) {
+  bf16_t* xb = nullptr;
+  if (bf16) {
+    xb = sized(s.x_bf16, R * C);
+    if (R == N) {
+      bf16_encode_f32(x, xb, N * C);
+    } else {
+      for (int64_t r = 0; r < R; ++r) bf16_encode_f32(x + rows[r] * C, xb + r * C, C);
+    }
+  } else if (R < N) {
     float* gathered = sized(s.x_rows, R * C);
     for (int64_t r = 0; r < R; ++r) std::copy_n(x + rows[r] * C, C, gathered + r * C);
     xr = gathered;
   }
-  bf16_t* xb = bf16 ? sized(s.x_bf16, R * C) : nullptr;
-  if (bf16) bf16_encode_f32(xr, xb, R * C);
   const int64_t blocks = (V + kLseBlock - 1) / kLseBlock;
   float* block_max = sized(s.block_max, R * blocks);
   float* block_sum = sized(s.block_sum, R * blocks);

@@ -40,7 +40,7 @@ struct LmHeadScratch {
   AlignedBuffer<float> logits;        // [N, slice] or [N, block]
   AlignedBuffer<bf16_t> dlogits;      // [N, slice] BF16
   AlignedBuffer<int32_t> rows;        // forward: the rows with a target
-  AlignedBuffer<float> x_rows;        // forward: those rows of x [R, C], where some have none
+  AlignedBuffer<float> x_rows;        // forward, FP32 head: those rows of x [R, C], where some have none
   AlignedBuffer<float> block_max;     // forward: [R, blocks] lse statistics
   AlignedBuffer<float> block_sum;     // [R, blocks]
   AlignedBuffer<float> target_logit;  // [R]
