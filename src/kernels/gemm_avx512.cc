@@ -360,7 +360,11 @@ GemmBackend make_backend(DType type) {
   GemmBackend be;
   be.mr = kMr;
   be.nr = kNr;
-  be.mc_block = 192;
+  // BF16 and FP8: kc 2048, mc 48, nc 1536, so the B panel (2048 x 48 x 2 = 192 KiB) and the A
+  // block (48 x 2048 x 2 = 192 KiB) stream from L2 rather than sit in L1, and C is read and
+  // written once per 2,048 of K (docs/kernels.md has the measurements). The sum over K is the same
+  // whatever kc: the accumulators continue through C, which holds FP32 exactly.
+  be.mc_block = 48;
   be.nc_block = 1536;
   switch (type) {
     case DType::kF32:
@@ -368,6 +372,7 @@ GemmBackend make_backend(DType type) {
       be.k_group = 1;
       be.element_bytes = 4;
       be.kc_block = 128;  // B panel 128 x 48 x 4 = 24 KiB stays in L1
+      be.mc_block = 192;
       be.pack_a = be.pack_b = pack_f32_panel;
       be.kernel = kernel_f32;
       break;
@@ -375,7 +380,7 @@ GemmBackend make_backend(DType type) {
       be.name = "avx512-bf16";
       be.k_group = 2;
       be.element_bytes = 2;
-      be.kc_block = 256;  // B panel 256 x 48 x 2 = 24 KiB
+      be.kc_block = 2048;
       be.pack_a = be.pack_b = pack_bf16_panel;  // for the AMX back-end's packers
       be.pack_a_block = be.pack_b_block = pack_bf16_block;
       be.kernel = kernel_bf16<false>;
@@ -386,7 +391,7 @@ GemmBackend make_backend(DType type) {
       be.k_group = 2;
       be.element_bytes = 2;
       be.blockwise = true;
-      be.kc_block = 256;  // a multiple of 128: slices never straddle K blocks
+      be.kc_block = 2048;  // a multiple of 128: slices never straddle K blocks
       be.pack_a = be.pack_b = pack_fp8_panel;
       be.kernel = kernel_fp8<false>;
       be.kernel_rounding = kernel_fp8<true>;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -27,9 +28,10 @@ namespace {
 struct Shape3 {
   int64_t M, N, K;
 };
-// Sizes around the register tiles (8 x 48, 4 x 16), the 128 slices and the K blocks (128, 256).
-const Shape3 kShapes[] = {{1, 1, 1},     {1, 129, 127},  {127, 1, 129},  {9, 49, 256},
-                          {129, 127, 1}, {33, 97, 1000}, {17, 1000, 65}, {100, 130, 300}};
+// Sizes around the register tiles (8 x 48, 4 x 16), the 128 slices and the K blocks (128, 256,
+// 512, 2048).
+const Shape3 kShapes[] = {{1, 1, 1},      {1, 129, 127},  {127, 1, 129},   {9, 49, 256}, {129, 127, 1},
+                          {33, 97, 1000}, {17, 1000, 65}, {100, 130, 300}, {9, 50, 2200}};
 // The option axes (accumulate, pow2 scales) are crossed with the small shapes only, so that the
 // suite stays fast under the sanitizers.
 bool small(const Shape3& s) { return s.M * s.N * s.K <= 200'000; }
@@ -416,6 +418,51 @@ TEST(Gemm, RowsDoNotDependOnTheOtherRows) {
     gemm_nt_bf16(9, s.N, s.K, ah.data() + 3 * s.K, s.K, bh.data(), s.K, part.data(), s.N, false, options);
     EXPECT_EQ(0, std::memcmp(part.data(), full.data() + 3 * s.N, part.size() * 4)) << isa_name(isa) << " bf16 M=9";
   }
+}
+
+// Each element's sum runs over K in index order whatever the K block: the accumulators continue
+// through C, which holds FP32 exactly. So every back-end gives the same bits with its own kc_block
+// and with 384 (block edges elsewhere, so a kernel that dropped C would differ), rounded output and
+// accumulate included.
+TEST(Gemm, TheKBlockSizeDoesNotChangeTheBits) {
+  const Shape3 s{20, 100, 2300};
+  const auto [a, b, ah, bh, A, B] = typed_operands(s, 31);
+  const std::vector<float> start = random_values(s.M * s.N, 37);
+  std::vector<std::pair<const char*, gemm_detail::GemmBackend (*)(DType)>> backends = {
+      {"portable", [](DType t) { return gemm_detail::gemm_backend_portable(t); }}};
+  if (cpu_features().has_avx2_kernels())
+    backends.push_back({"avx2", [](DType t) { return gemm_detail::gemm_backend_avx2(t); }});
+  if (cpu_features().has_avx512_kernels())
+    backends.push_back({"avx512", [](DType t) { return gemm_detail::gemm_backend_avx512(t); }});
+  if (cpu_features().has_amx_kernels())
+    backends.push_back({"amx", [](DType t) { return gemm_detail::gemm_backend_amx(t); }});
+  for (const auto& [name, backend_of] : backends)
+    for (DType type : {DType::kBF16, DType::kE4M3})
+      for (bool accumulate : {false, true}) {
+        const gemm_detail::GemmBackend own = backend_of(type);
+        gemm_detail::GemmBackend other = own;
+        other.kc_block = 384;
+        gemm_detail::GemmProblem p;
+        p.M = s.M, p.N = s.N, p.K = s.K;
+        if (type == DType::kBF16) {
+          p.a = {type, ah.data(), s.K, true, nullptr};
+          p.b = {type, bh.data(), s.K, true, nullptr};
+        } else {
+          p.a = {type, A.codes.data(), s.K, true, &A};
+          p.b = {type, B.codes.data(), s.K, true, &B};
+        }
+        p.ldc = s.N;
+        p.accumulate = accumulate;
+        p.round_output_bf16 = true;
+        std::vector<float> c_own = start, c_other = start;
+        p.c = c_own.data();
+        gemm_detail::gemm_blocked(p, own, 1);
+        p.c = c_other.data();
+        gemm_detail::gemm_blocked(p, other, 1);
+        EXPECT_EQ(0, std::memcmp(c_own.data(), c_other.data(), c_own.size() * 4))
+            << name << " " << dtype_name(type) << " kc " << own.kc_block << " vs " << other.kc_block
+            << (accumulate ? " accumulate" : "");
+      }
 }
 
 // The AVX-512 BF16 back-end's block packer writes the bytes its panel packer writes, panel for
