@@ -95,15 +95,26 @@ std::string torch_model_arguments(const ModelConfig& c) {
 
 int kernel_threads() { return std::min(kernel_thread_pool().size(), hardware_threads()); }
 
-std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats) {
+std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats,
+                                     std::vector<GemmTotals>* gemm) {
   for (const auto& fn : fns) fn();  // warm-up
+  const int rounds = std::max(1, repeats);
   std::vector<std::vector<double>> times(fns.size());
-  for (int r = 0; r < std::max(1, repeats); ++r)
+  std::vector<GemmTotals> totals(fns.size());
+  for (int r = 0; r < rounds; ++r)
     for (size_t i = 0; i < fns.size(); ++i) {
+      const GemmTotals before = gemm_totals();
       const Timer t;
       fns[i]();
       times[i].push_back(t.seconds());
+      const GemmTotals d = gemm_totals() - before;
+      totals[i] = GemmTotals{totals[i].calls + d.calls, totals[i].flops + d.flops, totals[i].seconds + d.seconds};
     }
+  if (gemm != nullptr) {
+    gemm->clear();
+    for (const GemmTotals& t : totals)
+      gemm->push_back(GemmTotals{t.calls / rounds, t.flops / rounds, t.seconds / rounds});
+  }
   std::vector<double> medians;
   for (auto& t : times) medians.push_back(median(t));
   return medians;
@@ -249,11 +260,15 @@ void run_model_child(const BenchOptions& options, bool quick) {
     return t;
   };
   std::vector<double> seconds;
+  std::vector<GemmTotals> gemm;  // per step, each case's
   std::vector<double> peak_rss;  // GiB after each case (one_at_a_time)
   if (s.one_at_a_time) {  // each case alone: build, warm up and time it, free it
     for (const Case& c : cases) {
       Trainee t = make(c);
-      seconds.push_back(time_interleaved({[&] { sft_step(*t.model, *t.optimizer, batch, 1e-4); }}, options.repeats)[0]);
+      std::vector<GemmTotals> one;
+      seconds.push_back(
+          time_interleaved({[&] { sft_step(*t.model, *t.optimizer, batch, 1e-4); }}, options.repeats, &one)[0]);
+      gemm.push_back(one[0]);
       peak_rss.push_back(gib(peak_rss_bytes()));
     }
   } else {
@@ -261,7 +276,7 @@ void run_model_child(const BenchOptions& options, bool quick) {
     std::vector<std::function<void()>> steps;
     for (const Case& c : cases) trainees.push_back(make(c));
     for (Trainee& t : trainees) steps.push_back([&t, &batch] { sft_step(*t.model, *t.optimizer, batch, 1e-4); });
-    seconds = time_interleaved(steps, options.repeats);
+    seconds = time_interleaved(steps, options.repeats, &gemm);
   }
   const int64_t num_params = ParamLayout(s.config).numel();
 
@@ -299,11 +314,18 @@ void run_model_child(const BenchOptions& options, bool quick) {
                                     {"tokens_per_s", tokens / seconds[i]},
                                     {"linear_gflops", gflops},
                                     {"model_gflops", model_gflops}});
+    // The GEMMs' own rate inside the step: every product they ran (the LM head's logits again in
+    // its backward included) over the time spent in them.
+    const GemmTotals& g = gemm[i];
+    const double gemm_gflops = g.seconds > 0 ? g.flops / g.seconds / 1e9 : 0.0;
+    r.update(nlohmann::ordered_json{
+        {"gemm_share", g.seconds / seconds[i]}, {"gemm_calls", g.calls}, {"gemm_gflops", gemm_gflops}});
     if (peak > 0) {
       r["limit"] = limit;
       r["limit_gflops"] = peak * threads;
       r["ratio_to_limit"] = gflops / (peak * threads);
       r["model_ratio_to_limit"] = model_gflops / (peak * threads);
+      r["gemm_ratio_to_limit"] = gemm_gflops / (peak * threads);
     }
     r["isa"] = isa_name(resolve_isa(Isa::kAuto));
     if (!peak_rss.empty()) r["peak_rss_gib"] = peak_rss[i];  // the process's peak so far (cases in order)

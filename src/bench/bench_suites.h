@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bench/bench_report.h"
+#include "kernels/gemm.h"
 #include "model/config.h"
 
 namespace fp8rl::bench {
@@ -44,7 +45,9 @@ std::string torch_model_arguments(const ModelConfig& config);
 // Threads the kernels use when asked for all of them (min(pool size, hardware threads)).
 int kernel_threads();
 // Runs each function once (warm-up), then `repeats` rounds of all of them in turn; returns the
-// median wall time of each, in seconds.
-std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats);
+// median wall time of each, in seconds. With `gemm`, also what the GEMMs of each function did per
+// round (kernels/gemm.h's totals over its timed rounds, divided by the rounds).
+std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats,
+                                     std::vector<GemmTotals>* gemm = nullptr);
 
 }  // namespace fp8rl::bench

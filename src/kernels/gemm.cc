@@ -2,6 +2,9 @@
 // their layout) and runs on the back-end of the resolved ISA (gemm_blocked.h).
 #include "kernels/gemm.h"
 
+#include <atomic>
+#include <chrono>
+
 #include "core/check.h"
 #include "core/isa_dispatch.h"
 #include "kernels/gemm_blocked.h"
@@ -38,6 +41,27 @@ const gemm_detail::GemmBackend& backend_for(DType type, const GemmOptions& optio
   return pick(type == DType::kF32 ? kF32Backends : kLowPrecisionBackends, options.isa)(type);
 }
 
+std::atomic<int64_t> g_calls{0}, g_flops{0}, g_nanoseconds{0};
+
+// Adds one call to the running totals when it goes out of scope.
+class Metered {
+ public:
+  Metered(int64_t M, int64_t N, int64_t K) : flops_(2 * M * N * K), start_(Clock::now()) {}
+  ~Metered() {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count();
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    g_flops.fetch_add(flops_, std::memory_order_relaxed);
+    g_nanoseconds.fetch_add(ns, std::memory_order_relaxed);
+  }
+  Metered(const Metered&) = delete;
+  Metered& operator=(const Metered&) = delete;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  int64_t flops_;
+  Clock::time_point start_;
+};
+
 void check_shape(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc) {
   FP8RL_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
   FP8RL_CHECK(ldc >= N, "gemm: ldc {} < N {}", ldc, N);
@@ -51,6 +75,7 @@ void run(DType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, b
          const T* B, int64_t ldb, bool b_k_contiguous, float* C, int64_t ldc, bool accumulate,
          const GemmOptions& options) {
   check_shape(M, N, K, lda, ldb, ldc);
+  const Metered metered(M, N, K);
   GemmProblem p;
   p.M = M;
   p.N = N;
@@ -107,6 +132,7 @@ void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, i
               "fp8 gemm: B must be quantized 1x128 or 128x128 along K, got {}", B.str());
   FP8RL_CHECK(A.cols == B.cols, "fp8 gemm: reduction sizes differ: A {} vs B {}", A.str(), B.str());
   FP8RL_CHECK(ldc >= B.rows, "fp8 gemm: ldc {} < N {}", ldc, B.rows);
+  const Metered metered(A.rows, B.rows, A.cols);
   GemmProblem p;
   p.M = A.rows;
   p.N = B.rows;
@@ -118,6 +144,16 @@ void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, i
   p.accumulate = accumulate;
   p.round_output_bf16 = options.round_output_bf16;
   gemm_detail::gemm_blocked(p, backend_for(DType::kE4M3, options), options.threads);
+}
+
+GemmTotals gemm_totals() {
+  return GemmTotals{g_calls.load(std::memory_order_relaxed),
+                    static_cast<double>(g_flops.load(std::memory_order_relaxed)),
+                    static_cast<double>(g_nanoseconds.load(std::memory_order_relaxed)) * 1e-9};
+}
+
+GemmTotals operator-(const GemmTotals& a, const GemmTotals& b) {
+  return GemmTotals{a.calls - b.calls, a.flops - b.flops, a.seconds - b.seconds};
 }
 
 }  // namespace fp8rl

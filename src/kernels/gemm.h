@@ -60,4 +60,16 @@ void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda,
 void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate = false,
                  const GemmOptions& options = {});
 
+// Running totals over every call above, from every thread since the process started: the
+// difference of two readings is what the products alone did in between (bench model reports the
+// training step's GEMM rate from it). Two clock readings and three relaxed atomic additions per
+// call.
+struct GemmTotals {
+  int64_t calls = 0;
+  double flops = 0;    // 2 M N K per call
+  double seconds = 0;  // wall time inside the calls
+};
+GemmTotals gemm_totals();
+GemmTotals operator-(const GemmTotals& a, const GemmTotals& b);
+
 }  // namespace fp8rl
