@@ -465,6 +465,23 @@ TEST(Gemm, TheKBlockSizeDoesNotChangeTheBits) {
       }
 }
 
+// Every public form adds its call, 2 M N K flops and a non-negative time to the running totals;
+// a rejected call adds nothing.
+TEST(Gemm, TotalsCountEveryCall) {
+  const Shape3 s{3, 5, 7};
+  const auto [a, b, ah, bh, A, B] = typed_operands(s, 41);
+  std::vector<float> c(s.M * s.N);
+  const GemmTotals before = gemm_totals();
+  gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, c.data(), s.N);
+  gemm_tn_bf16(s.M, s.N, s.K, ah.data(), s.M, bh.data(), s.N, c.data(), s.N);
+  gemm_nt_fp8(A, B, c.data(), s.N);
+  EXPECT_THROW(gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, c.data(), s.N - 1), Error);
+  const GemmTotals d = gemm_totals() - before;
+  EXPECT_EQ(d.calls, 3);
+  EXPECT_EQ(d.flops, 3 * 2 * s.M * s.N * s.K);
+  EXPECT_GE(d.seconds, 0.0);
+}
+
 // The AVX-512 BF16 back-end's block packer writes the bytes its panel packer writes, panel for
 // panel, zero padding included and nothing past the pairs: both source layouts, the A and B tiles,
 // odd K, K offsets and rows that end inside a panel.
