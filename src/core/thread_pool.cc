@@ -37,6 +37,8 @@ bool spin_until(const Ready& ready) {
 }
 }  // namespace
 
+bool in_pool_task() { return t_in_task; }
+
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }

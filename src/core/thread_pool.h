@@ -65,6 +65,10 @@ int hardware_threads();
 // min(size, hardware_threads()).
 ThreadPool& kernel_thread_pool();
 
+// True while this thread runs a task of a parallel_for (of any pool; a nested parallel_for runs
+// its tasks inline, so they count too).
+bool in_pool_task();
+
 // fn(begin, end) for the ranges [0, chunk), [chunk, 2 chunk), ... covering [0, n), as tasks of
 // kernel_thread_pool(). The ranges depend only on n and chunk, never on the thread count.
 template <typename Fn>

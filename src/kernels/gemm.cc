@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/isa_dispatch.h"
+#include "core/thread_pool.h"
 #include "kernels/gemm_blocked.h"
 
 namespace fp8rl {
@@ -43,11 +44,13 @@ const gemm_detail::GemmBackend& backend_for(DType type, const GemmOptions& optio
 
 std::atomic<int64_t> g_calls{0}, g_flops{0}, g_nanoseconds{0};
 
-// Adds one call to the running totals when it goes out of scope.
+// Adds one call to the running totals when it goes out of scope, unless it runs inside a pool
+// task (gemm.h).
 class Metered {
  public:
-  Metered(int64_t M, int64_t N, int64_t K) : flops_(2 * M * N * K), start_(Clock::now()) {}
+  Metered(int64_t M, int64_t N, int64_t K) : flops_(2 * M * N * K), counted_(!in_pool_task()), start_(Clock::now()) {}
   ~Metered() {
+    if (!counted_) return;
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count();
     g_calls.fetch_add(1, std::memory_order_relaxed);
     g_flops.fetch_add(flops_, std::memory_order_relaxed);
@@ -59,6 +62,7 @@ class Metered {
  private:
   using Clock = std::chrono::steady_clock;
   int64_t flops_;
+  bool counted_;
   Clock::time_point start_;
 };
 

@@ -60,10 +60,11 @@ void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda,
 void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate = false,
                  const GemmOptions& options = {});
 
-// Running totals over every call above, from every thread since the process started: the
-// difference of two readings is what the products alone did in between (bench model reports the
-// training step's GEMM rate from it). Two clock readings and three relaxed atomic additions per
-// call.
+// Running totals over the calls above made outside thread-pool tasks, since the process
+// started: the difference of two readings is what those products did in between (bench model
+// reports the training step's GEMM rate from it: the linears and the LM head). Calls from inside
+// pool tasks (the attention backward's per-head products, several at a time) are left out, since
+// their times overlap. Two clock readings and three relaxed atomic additions per counted call.
 struct GemmTotals {
   int64_t calls = 0;
   double flops = 0;    // 2 M N K per call

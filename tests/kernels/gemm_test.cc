@@ -14,6 +14,7 @@
 
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "kernels/gemm_blocked.h"
 #include "kernels/reference/gemm_reference.h"
 #include "numerics/bf16.h"
@@ -466,7 +467,7 @@ TEST(Gemm, TheKBlockSizeDoesNotChangeTheBits) {
 }
 
 // Every public form adds its call, 2 M N K flops and a non-negative time to the running totals;
-// a rejected call adds nothing.
+// a rejected call and calls from inside pool tasks add nothing.
 TEST(Gemm, TotalsCountEveryCall) {
   const Shape3 s{3, 5, 7};
   const auto [a, b, ah, bh, A, B] = typed_operands(s, 41);
@@ -476,6 +477,11 @@ TEST(Gemm, TotalsCountEveryCall) {
   gemm_tn_bf16(s.M, s.N, s.K, ah.data(), s.M, bh.data(), s.N, c.data(), s.N);
   gemm_nt_fp8(A, B, c.data(), s.N);
   EXPECT_THROW(gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, c.data(), s.N - 1), Error);
+  // Calls from inside pool tasks are left out.
+  kernel_thread_pool().parallel_for(2, [&](int64_t) {
+    std::vector<float> own(s.M * s.N);
+    gemm_nt_f32(s.M, s.N, s.K, a.data(), s.K, b.data(), s.K, own.data(), s.N);
+  });
   const GemmTotals d = gemm_totals() - before;
   EXPECT_EQ(d.calls, 3);
   EXPECT_EQ(d.flops, 3 * 2 * s.M * s.N * s.K);
