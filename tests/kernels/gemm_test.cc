@@ -429,18 +429,15 @@ TEST(Gemm, TheKBlockSizeDoesNotChangeTheBits) {
   const Shape3 s{20, 100, 2300};
   const auto [a, b, ah, bh, A, B] = typed_operands(s, 31);
   const std::vector<float> start = random_values(s.M * s.N, 37);
-  std::vector<std::pair<const char*, gemm_detail::GemmBackend (*)(DType)>> backends = {
-      {"portable", [](DType t) { return gemm_detail::gemm_backend_portable(t); }}};
-  if (cpu_features().has_avx2_kernels())
-    backends.push_back({"avx2", [](DType t) { return gemm_detail::gemm_backend_avx2(t); }});
-  if (cpu_features().has_avx512_kernels())
-    backends.push_back({"avx512", [](DType t) { return gemm_detail::gemm_backend_avx512(t); }});
-  if (cpu_features().has_amx_kernels())
-    backends.push_back({"amx", [](DType t) { return gemm_detail::gemm_backend_amx(t); }});
+  std::vector<std::pair<const char*, const gemm_detail::GemmBackend& (*)(DType)>> backends = {
+      {"portable", gemm_detail::gemm_backend_portable}};
+  if (cpu_features().has_avx2_kernels()) backends.push_back({"avx2", gemm_detail::gemm_backend_avx2});
+  if (cpu_features().has_avx512_kernels()) backends.push_back({"avx512", gemm_detail::gemm_backend_avx512});
+  if (cpu_features().has_amx_kernels()) backends.push_back({"amx", gemm_detail::gemm_backend_amx});
   for (const auto& [name, backend_of] : backends)
     for (DType type : {DType::kBF16, DType::kE4M3})
       for (bool accumulate : {false, true}) {
-        const gemm_detail::GemmBackend own = backend_of(type);
+        const gemm_detail::GemmBackend& own = backend_of(type);
         gemm_detail::GemmBackend other = own;
         other.kc_block = 384;
         gemm_detail::GemmProblem p;
