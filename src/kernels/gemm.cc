@@ -129,25 +129,42 @@ void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda,
       options);
 }
 
-void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate,
-                 const GemmOptions& options) {
+namespace {
+// C[M, N] (+)= A B^T with A [M, K] 1x128 and B as stored: [N, K] (b_k_contiguous) or [K, N].
+void run_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, bool b_k_contiguous, float* C, int64_t ldc,
+             bool accumulate, const GemmOptions& options) {
+  const int64_t M = A.rows, N = b_k_contiguous ? B.rows : B.cols, K = A.cols;
   FP8RL_CHECK(A.mode == ScalingMode::kRows1x128, "fp8 gemm: A must be quantized 1x128 along K, got {}", A.str());
-  FP8RL_CHECK(B.mode == ScalingMode::kRows1x128 || B.mode == ScalingMode::kBlocks128x128,
-              "fp8 gemm: B must be quantized 1x128 or 128x128 along K, got {}", B.str());
-  FP8RL_CHECK(A.cols == B.cols, "fp8 gemm: reduction sizes differ: A {} vs B {}", A.str(), B.str());
-  FP8RL_CHECK(ldc >= B.rows, "fp8 gemm: ldc {} < N {}", ldc, B.rows);
-  const Metered metered(A.rows, B.rows, A.cols);
+  FP8RL_CHECK(ldc >= N, "fp8 gemm: ldc {} < N {}", ldc, N);
+  const Metered metered(M, N, K);
   GemmProblem p;
-  p.M = A.rows;
-  p.N = B.rows;
-  p.K = A.cols;
+  p.M = M;
+  p.N = N;
+  p.K = K;
   p.a = GemmOperand{DType::kE4M3, A.codes.data(), A.cols, true, &A};
-  p.b = GemmOperand{DType::kE4M3, B.codes.data(), B.cols, true, &B};
+  p.b = GemmOperand{DType::kE4M3, B.codes.data(), B.cols, b_k_contiguous, &B};
   p.c = C;
   p.ldc = ldc;
   p.accumulate = accumulate;
   p.round_output_bf16 = options.round_output_bf16;
   gemm_detail::gemm_blocked(p, backend_for(DType::kE4M3, options), options.threads);
+}
+}  // namespace
+
+void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate,
+                 const GemmOptions& options) {
+  FP8RL_CHECK(B.mode == ScalingMode::kRows1x128 || B.mode == ScalingMode::kBlocks128x128,
+              "fp8 gemm: B must be quantized 1x128 or 128x128 along K, got {}", B.str());
+  FP8RL_CHECK(A.cols == B.cols, "fp8 gemm: reduction sizes differ: A {} vs B {}", A.str(), B.str());
+  run_fp8(A, B, /*b_k_contiguous=*/true, C, ldc, accumulate, options);
+}
+
+void gemm_nn_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate,
+                 const GemmOptions& options) {
+  FP8RL_CHECK(B.mode == ScalingMode::kBlocks128x128, "fp8 gemm nn: B [K, N] must be quantized 128x128, got {}",
+              B.str());
+  FP8RL_CHECK(A.cols == B.rows, "fp8 gemm nn: reduction sizes differ: A {} vs B {}", A.str(), B.str());
+  run_fp8(A, B, /*b_k_contiguous=*/false, C, ldc, accumulate, options);
 }
 
 GemmTotals gemm_totals() {

@@ -6,7 +6,8 @@
 //   fprop  Y  = X W^T   -> gemm_nt_*(M, N, K, X, W, Y)
 //   dgrad  dX = dY W    -> gemm_nn_*(M, K, N, dY, W, dX)
 //   wgrad  dW = dY^T X  -> gemm_tn_*(N, K, M, dY, X, dW)
-// and in FP8 every one of them is gemm_nt_fp8 on the right quantized copies (see the reference).
+// and in FP8 they are gemm_nt_fp8 on the right quantized copies and, for dgrad, gemm_nn_fp8 on the
+// weight as stored (see the reference).
 //
 // Every entry point takes GemmOptions (defaults: best ISA, every thread of the kernel pool).
 // Results never depend on the thread count, nor on M or on the other rows (batch invariance):
@@ -58,6 +59,10 @@ void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda,
                  const GemmOptions& options = {});
 
 void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate = false,
+                 const GemmOptions& options = {});
+// C[M, N] = A[M, K] B[K, N] with B quantized 128x128 as stored (the dgrad dX = dY W on the weight
+// itself): the bits of gemm_nt_fp8 on B's column-wise copy, without that copy.
+void gemm_nn_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate = false,
                  const GemmOptions& options = {});
 
 // Running totals over the calls above made outside thread-pool tasks, since the process

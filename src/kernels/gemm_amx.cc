@@ -74,18 +74,17 @@ void pack_a_fp8_rows(const GemmOperand& op, int64_t r0, int rows, int tile, int6
       _mm512_store_si512(out + (c * tile + r) * 32, lo);
       if (c + 1 < chunks) _mm512_store_si512(out + ((c + 1) * tile + r) * 32, hi);
     }
-  for (int64_t s = 0; s * kQuantBlock < kc; ++s)
-    for (int r = 0; r < tile; ++r)
-      scales[s * tile + r] = r < rows ? op.fp8->scale_at(r0 + r, k0 + s * kQuantBlock) : 1.0f;
+  pack_fp8_scales(op, r0, rows, tile, k0, kc, scales);
 }
 
-// A: BF16 and FP8 rows are copied or decoded; other sources are packed in the pair layout [pairs][32] words first,
+// A: BF16 and FP8 with K contiguous are copied or decoded row by row; other sources are packed in
+// the pair layout [pairs][32] words first,
 // then each chunk's 16 pairs x 32 rows are transposed to [32 rows][16 pairs] (zero past the
 // last pair).
 void pack_a_amx(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
                 float* scales) {
   if (op.type == DType::kBF16 && op.k_contiguous) return pack_a_bf16_rows(op, r0, rows, tile, k0, kc, panel);
-  if (op.type == DType::kE4M3) return pack_a_fp8_rows(op, r0, rows, tile, k0, kc, panel, scales);
+  if (op.type == DType::kE4M3 && op.k_contiguous) return pack_a_fp8_rows(op, r0, rows, tile, k0, kc, panel, scales);
   thread_local AlignedBuffer<uint32_t> pairs_layout;
   const int64_t pairs = (kc + 1) / 2, chunks = chunks_of(kc);
   if (pairs_layout.size() < static_cast<size_t>(chunks * kChunkPairs * tile))

@@ -66,6 +66,11 @@ inline __m256 load6(const bf16_t* p) {
   const __m128i h = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)), _mm_cvtsi32_si128(last));
   return avx2::bf16_decode8(h);
 }
+inline __m256 load6(const uint8_t* p) {
+  uint8_t tmp[8] = {};
+  std::memcpy(tmp, p, 6);
+  return load8(tmp);
+}
 
 // The first n (< 8) elements at p, the rest zero (codes and patterns 0 decode to +0).
 template <typename T>
@@ -146,14 +151,11 @@ void pack_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k
   }
 }
 
-// FP8 codes [rows, K] row-major (always K contiguous), decoded exactly while packing; scales
-// [ceil(kc/128)][tile].
+// FP8 codes, decoded exactly while packing; scales [ceil(kc/128)][tile].
 void pack_fp8_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
                     float* scales) {
-  pack_rows(static_cast<const uint8_t*>(op.data), op.ld, r0, rows, tile, k0, kc, static_cast<float*>(panel));
-  for (int64_t s = 0; s * kQuantBlock < kc; ++s)
-    for (int r = 0; r < tile; ++r)
-      scales[s * tile + r] = r < rows ? op.fp8->scale_at(r0 + r, k0 + s * kQuantBlock) : 1.0f;
+  pack_panel<uint8_t>(op, r0, rows, tile, k0, kc, panel, nullptr);
+  pack_fp8_scales(op, r0, rows, tile, k0, kc, scales);
 }
 
 // ---- micro-kernels ---------------------------------------------------------------------------

@@ -218,32 +218,43 @@ void pack_bf16_block(const GemmOperand& op, int64_t r0, int rows, int tile, int6
   }
 }
 
-// FP8 codes [rows, K] row-major: decode the panel's rows to BF16 (exact) in a scratch block
-// [tile][kc rounded up to 64], then pack it like a BF16 source. Scales [ceil(kc/128)][tile].
+// FP8 codes, decoded exactly to BF16 in a scratch block, then packed like a BF16 source; scales
+// [ceil(kc/128)][tile].
+//   [rows, K] (K contiguous): the panel's rows -> [tile][kc rounded up to 64], packed as rows.
+//   [K, rows] (a 128x128-block weight as stored, for dX = dY W): each k's codes of the panel's
+//     rows -> [kc][64], packed as a source with rows contiguous.
 void pack_fp8_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
                     float* scales) {
+  static_assert(kNr <= 64, "a k-major panel's codes are one 64-byte load per k");
   thread_local AlignedBuffer<bf16_t> decoded;
   const int64_t width = (kc + 63) / 64 * 64;
-  if (decoded.size() < static_cast<size_t>(tile * width))
-    decoded = AlignedBuffer<bf16_t>(static_cast<size_t>(tile * width));
+  const int64_t needed = op.k_contiguous ? tile * width : kc * 64;
+  if (decoded.size() < static_cast<size_t>(needed)) decoded = AlignedBuffer<bf16_t>(static_cast<size_t>(needed));
   const avx512::E4m3Decoder decoder;
   const auto* codes = static_cast<const uint8_t*>(op.data);
-  for (int r = 0; r < rows; ++r) {
-    const uint8_t* src = codes + (r0 + r) * op.ld + k0;
-    bf16_t* dst = decoded.data() + r * width;
-    for (int64_t k = 0; k < kc; k += 64) {
-      prefetch_next_panel(src + k, tile * op.ld);
-      const __m512i c = _mm512_maskz_loadu_epi8(avx512::first_bytes_mask(kc - k), src + k);
-      __m512i lo, hi;
-      decoder.decode64(c, &lo, &hi);
-      _mm512_store_si512(dst + k, lo);
-      _mm512_store_si512(dst + k + 32, hi);
+  __m512i lo, hi;
+  if (op.k_contiguous) {
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* src = codes + (r0 + r) * op.ld + k0;
+      bf16_t* dst = decoded.data() + r * width;
+      for (int64_t k = 0; k < kc; k += 64) {
+        prefetch_next_panel(src + k, tile * op.ld);
+        decoder.decode64(_mm512_maskz_loadu_epi8(avx512::first_bytes_mask(kc - k), src + k), &lo, &hi);
+        _mm512_store_si512(dst + k, lo);
+        _mm512_store_si512(dst + k + 32, hi);
+      }
     }
+    pack_bf16_rows(decoded.data(), width, 0, rows, tile, 0, kc, static_cast<uint32_t*>(panel));
+  } else {
+    const __mmask64 valid = avx512::first_bytes_mask(rows);
+    for (int64_t k = 0; k < kc; ++k) {
+      decoder.decode64(_mm512_maskz_loadu_epi8(valid, codes + (k0 + k) * op.ld + r0), &lo, &hi);
+      _mm512_store_si512(decoded.data() + k * 64, lo);
+      _mm512_store_si512(decoded.data() + k * 64 + 32, hi);
+    }
+    pack_bf16_cols(decoded.data(), 64, 0, rows, tile, 0, kc, static_cast<uint32_t*>(panel));
   }
-  pack_bf16_rows(decoded.data(), width, 0, rows, tile, 0, kc, static_cast<uint32_t*>(panel));
-  for (int64_t s = 0; s * kQuantBlock < kc; ++s)
-    for (int r = 0; r < tile; ++r)
-      scales[s * tile + r] = r < rows ? op.fp8->scale_at(r0 + r, k0 + s * kQuantBlock) : 1.0f;
+  pack_fp8_scales(op, r0, rows, tile, k0, kc, scales);
 }
 
 void pack_f32_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,

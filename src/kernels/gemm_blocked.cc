@@ -10,6 +10,16 @@
 #include "numerics/codec.h"
 
 namespace fp8rl::gemm_detail {
+
+void pack_fp8_scales(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, float* scales) {
+  const QuantizedMatrix& q = *op.fp8;
+  for (int64_t s = 0; s * kQuantBlock < kc; ++s) {
+    const int64_t k = k0 + s * kQuantBlock;
+    for (int r = 0; r < tile; ++r)
+      scales[s * tile + r] = r >= rows ? 1.0f : op.k_contiguous ? q.scale_at(r0 + r, k) : q.scale_at(k, r0 + r);
+  }
+}
+
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }

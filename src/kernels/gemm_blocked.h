@@ -34,8 +34,14 @@ struct GemmOperand {
   int64_t ld = 0;              // leading dimension in elements
   // true: element (r, k) at data[r * ld + k] (K contiguous); false: at data[k * ld + r].
   bool k_contiguous = true;
-  const QuantizedMatrix* fp8 = nullptr;  // kE4M3 only: codes [rows, K] row-major and scales
+  // kE4M3 only: the codes and scales, as stored: [rows, K] (k_contiguous) or [K, rows] (not; then
+  // 128x128 blocks, whose 128-slices of K are the same either way).
+  const QuantizedMatrix* fp8 = nullptr;
 };
+
+// The dequantization scales of a blockwise panel: [ceil(kc/128)][tile] FP32, the scale of rows
+// [r0, r0 + rows) at k0 + 128 s, 1 past `rows`. Every back-end's FP8 packers write them.
+void pack_fp8_scales(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, float* scales);
 
 // Packs rows [r0, r0 + rows) x k [k0, k0 + kc) of `op` into one micro-panel of `tile` rows:
 // [ceil(kc/kg)][tile][kg] elements, zero past the matrix. Blockwise back-ends also write the

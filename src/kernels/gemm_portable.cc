@@ -46,10 +46,7 @@ void pack_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k
   float* panel = static_cast<float*>(panel_out);  // [kc][tile]
   for (int64_t k = 0; k < kc; ++k)
     for (int r = 0; r < tile; ++r) panel[k * tile + r] = r < rows ? element(op, r0 + r, k0 + k) : 0.0f;
-  if (scales != nullptr) {  // [ceil(kc/128)][tile]
-    for (int64_t s = 0; s * kQuantBlock < kc; ++s)
-      for (int r = 0; r < tile; ++r) scales[s * tile + r] = r < rows ? op.fp8->scale_at(r0 + r, k0 + s * kQuantBlock) : 1.0f;
-  }
+  if (scales != nullptr) pack_fp8_scales(op, r0, rows, tile, k0, kc, scales);
 }
 
 // acc[m][n] (+)= sum over k in [k_begin, k_end) of a[k][m] * b[k][n], in k order.

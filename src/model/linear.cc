@@ -40,7 +40,7 @@ Linear::Linear(std::string name, int64_t out_features, int64_t in_features, Prec
       round_output_bf16_(round_output_bf16) {
   if (precision_ == Precision::kBF16) w_bf16_ = AlignedBuffer<bf16_t>(static_cast<size_t>(N_ * K_));
   if (precision_ == Precision::kFP8)
-    w_fp8_ = QuantizedTensor(ScalingMode::kBlocks128x128, N_, K_, weight_format_, /*with_columnwise=*/true);
+    w_fp8_ = QuantizedTensor(ScalingMode::kBlocks128x128, N_, K_, weight_format_, /*with_columnwise=*/false);
 }
 
 void Linear::refresh_weights(const float* master) {
@@ -139,14 +139,6 @@ void Linear::install_fp8_weights(const QuantizedMatrix& w) {
   QuantizedMatrix& row = w_fp8_.rowwise;
   std::copy(w.codes.data(), w.codes.data() + N_ * K_, row.codes.data());
   std::copy(w.scale_inv.data(), w.scale_inv.data() + w.scales().numel(), row.scale_inv.data());
-  if (frozen_) return;  // forward only: no column-wise copy
-  FP8RL_CHECK(w_fp8_.columnwise.has_value(), "linear '{}': no column-wise copy to fill", name_);
-  QuantizedMatrix& col = *w_fp8_.columnwise;  // [K, N]: the codes and the block scales transposed
-  for (int64_t n = 0; n < N_; ++n)
-    for (int64_t k = 0; k < K_; ++k) col.codes[static_cast<size_t>(k * N_ + n)] = w.codes[static_cast<size_t>(n * K_ + k)];
-  const ScaleShape rs = w.scales(), cs = col.scales();
-  for (int64_t i = 0; i < rs.rows; ++i)
-    for (int64_t j = 0; j < rs.cols; ++j) col.scale_inv[static_cast<size_t>(j * cs.cols + i)] = w.scale_inv[static_cast<size_t>(i * rs.cols + j)];
 }
 
 void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bool save_for_backward,
@@ -201,7 +193,7 @@ void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy,
                   "linear '{}': backward after a forward that did not save for backward", name_);
       thread_local QuantizedTensor dy_q;  // per-thread scratch, reused when the shape repeats
       quantize_activation(dy, M, N_, activation_format_, /*with_columnwise=*/dw != nullptr, dy_q);
-      gemm_nt_fp8(dy_q.rowwise, *w_fp8_.columnwise, dx, K_, accumulate_dx);
+      gemm_nn_fp8(dy_q.rowwise, w_fp8_.rowwise, dx, K_, accumulate_dx);  // W as stored: no column-wise copy
       if (dw != nullptr) gemm_nt_fp8(*dy_q.columnwise, *in.x_fp8.columnwise, dw, K_, accumulate_dw);
       break;
     }

@@ -1,12 +1,11 @@
 // One linear layer y = x W^T (no bias) in its precision, forward next to backward.
 //
 // W [N out, K in] is an FP32 master owned by the parameter buffer. `refresh_weights` makes the
-// step's low-precision copy once (BF16, or FP8 in 128x128 blocks with the column-wise copy that
-// dgrad uses); those are the bytes the refit hands to the generator. The GEMMs (docs/recipe.md
-// sections 3-4):
+// step's low-precision copy once (BF16, or FP8 in 128x128 blocks, which dgrad reads as stored);
+// those are the bytes the refit hands to the generator. The GEMMs (docs/recipe.md sections 3-4):
 //   FP32  fprop y = x W^T, dgrad dx = dy W, wgrad dW += dy^T x, all FP32
 //   BF16  the same with x, dy and W rounded to BF16, FP32 accumulation
-//   FP8   fprop: x 1x128 . W 128x128; dgrad: dy 1x128 . W (same codes, transposed);
+//   FP8   fprop: x 1x128 . W 128x128; dgrad: dy 1x128 . W (the same codes, read along columns);
 //         wgrad: dy and x quantized 128x1 along tokens, afresh from high precision
 // With BF16 activations the output y is rounded to BF16 (unless the layer is told not to).
 #pragma once
@@ -47,8 +46,7 @@ class Linear {
   void refresh_weights(const float* master);
   // The step's FP8 weights (FP8 layers only) and BF16 weights (BF16 layers only).
   const QuantizedTensor& fp8_weights() const { return w_fp8_; }
-  // Replaces this step's FP8 weights (FP8 layers only) with `w`, [N, K] in 128x128 blocks, and
-  // makes the column-wise copy from it (the same blocks transposed, as quantize_into would):
+  // Replaces this step's FP8 weights (FP8 layers only) with `w`, [N, K] in 128x128 blocks:
   // loading an FP8 export installs the bytes it was written from. The next refresh_weights
   // quantizes the master afresh.
   void install_fp8_weights(const QuantizedMatrix& w);
@@ -102,7 +100,7 @@ class Linear {
   bool frozen_ = false;
   AlignedBuffer<float> w_f32_;       // [N, K] a frozen FP32 layer's own weights
   AlignedBuffer<bf16_t> w_bf16_;     // [N, K]
-  QuantizedTensor w_fp8_;            // [N, K] 128x128 + column-wise [K, N]
+  QuantizedTensor w_fp8_;            // [N, K] 128x128, row-wise only (dgrad reads it as stored)
 };
 
 }  // namespace fp8rl

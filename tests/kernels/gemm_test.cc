@@ -176,6 +176,44 @@ TEST(Gemm, BlockwiseFp8MatchesTheTwin) {
           }
 }
 
+// dX = dY W on the weight as stored ([K, N] here, 128x128 blocks) gives, bit for bit, the product
+// on its column-wise copy ([N, K], the same blocks transposed), on every back-end; so do the twins.
+TEST(Gemm, Fp8OnTheWeightAsStoredGivesTheColumnWiseCopysBits) {
+  for (const Shape3& s : kShapes)
+    for (ScaleFormat format : {ScaleFormat::kFp32, ScaleFormat::kPow2})
+      for (bool accumulate : {false, true}) {
+        if ((accumulate || format == ScaleFormat::kPow2) && !small(s)) continue;
+        const QuantizedMatrix A = quantized(s.M, s.K, ScalingMode::kRows1x128, format, 51);
+        std::vector<float> w = random_values(s.K * s.N, 52);
+        for (int64_t k = 0; k < s.K; ++k)  // rows of blocks with different scales
+          for (int64_t n = 0; n < s.N; ++n)
+            w[static_cast<size_t>(k * s.N + n)] *= std::ldexp(1.0f, static_cast<int>(k / 128 + n % 5) - 2);
+        const QuantizedTensor W = quantize(TensorView::contiguous(w.data(), DType::kF32, Shape{s.K, s.N}),
+                                           ScalingMode::kBlocks128x128, format, /*with_columnwise=*/true);
+        const std::vector<float> start = accumulate ? random_values(s.M * s.N, 53) : std::vector<float>(s.M * s.N);
+        const std::string what = std::string(format == ScaleFormat::kPow2 ? "pow2" : "fp32") +
+                                 " M=" + std::to_string(s.M) + " N=" + std::to_string(s.N) +
+                                 " K=" + std::to_string(s.K) + (accumulate ? " accumulate" : "");
+        for (Isa isa : testing::available_isas()) {
+          std::vector<float> stored = start, copy = start;
+          gemm_nn_fp8(A, W.rowwise, stored.data(), s.N, accumulate, GemmOptions{isa, 2, false});
+          gemm_nt_fp8(A, *W.columnwise, copy.data(), s.N, accumulate, GemmOptions{isa, 2, false});
+          EXPECT_EQ(0, std::memcmp(stored.data(), copy.data(), stored.size() * 4)) << isa_name(isa) << " " << what;
+        }
+        if (!small(s)) continue;
+        std::vector<float> stored = start, copy = start;
+        reference::gemm_nn_fp8(A, W.rowwise, stored.data(), s.N, accumulate);
+        reference::gemm_nt_fp8(A, *W.columnwise, copy.data(), s.N, accumulate);
+        EXPECT_EQ(0, std::memcmp(stored.data(), copy.data(), stored.size() * 4)) << "twins " << what;
+      }
+  // A weight quantized 1x128 along N has no 128-slices along K: refused, by name.
+  const QuantizedMatrix A = quantized(4, 256, ScalingMode::kRows1x128, ScaleFormat::kFp32, 54);
+  const QuantizedMatrix rows = quantized(256, 64, ScalingMode::kRows1x128, ScaleFormat::kFp32, 55);
+  std::vector<float> c(4 * 64);
+  EXPECT_THROW(gemm_nn_fp8(A, rows, c.data(), 64), Error);
+  EXPECT_THROW(reference::gemm_nn_fp8(A, rows, c.data(), 64, false), Error);
+}
+
 // The operands of C [M, N] = A B^T in every type, from seeds seed .. seed + 3: FP32 a [M, K] and
 // b [N, K], their BF16 roundings, and FP8 A (1x128) and B (128x128) of their own.
 struct TypedOperands {

@@ -38,5 +38,8 @@ void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda,
 //   dgrad  dX = dY W   : A = dY [M,N] 1x128,           B = W's column-wise copy [K,N] 128x128
 //   wgrad  dW = dY^T X : A = dY's column-wise [N,M],   B = X's column-wise copy [K,M] (both 1x128)
 void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate);
+// The same with B [K,N] quantized 128x128 as stored: C[M,N] = A[M,K] . B[K,N] (dgrad on W itself,
+// A = dY, B = W [N_out, K_in]; a 128x128 block's 128-slices along K are the same both ways).
+void gemm_nn_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate);
 
 }  // namespace fp8rl::reference
