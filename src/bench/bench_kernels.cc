@@ -410,7 +410,7 @@ void run_kernels_bench(const BenchOptions& options) {
                  ScalingMode::kRows1x128, ScaleFormat::kFp32, /*with_columnwise=*/true);
     const QuantizedTensor w =
         quantize(TensorView::contiguous(const_cast<float*>(b.data()), DType::kF32, Shape{s.N, s.K}),
-                 ScalingMode::kBlocks128x128, ScaleFormat::kFp32, /*with_columnwise=*/true);
+                 ScalingMode::kBlocks128x128, ScaleFormat::kFp32, /*with_columnwise=*/false);
     // dY [M, N] for dgrad and wgrad.
     const std::vector<float> dy = random_values(s.M * s.N, 3);
     const QuantizedTensor g =
@@ -435,9 +435,9 @@ void run_kernels_bench(const BenchOptions& options) {
         {"gemm_fp8",
          [&](const GemmOptions& o) { gemm_nt_fp8(x.rowwise, w.rowwise, c.data(), s.N, /*accumulate=*/false, o); }},
     };
-    if (cube) {  // dgrad dX[M,K] = dY W; wgrad dW[N,K] = dY^T X (shapes equal at M = N = K)
+    if (cube) {  // dgrad dX[M,K] = dY W (W as stored); wgrad dW[N,K] = dY^T X (shapes equal at M = N = K)
       cases.push_back({"gemm_fp8_dgrad", [&](const GemmOptions& o) {
-                         gemm_nt_fp8(g.rowwise, *w.columnwise, c.data(), s.K, /*accumulate=*/false, o);
+                         gemm_nn_fp8(g.rowwise, w.rowwise, c.data(), s.K, /*accumulate=*/false, o);
                        }});
       cases.push_back({"gemm_fp8_wgrad", [&](const GemmOptions& o) {
                          gemm_nt_fp8(*g.columnwise, *x.columnwise, c.data(), s.K, /*accumulate=*/false, o);

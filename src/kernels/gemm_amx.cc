@@ -78,9 +78,8 @@ void pack_a_fp8_rows(const GemmOperand& op, int64_t r0, int rows, int tile, int6
 }
 
 // A: BF16 and FP8 with K contiguous are copied or decoded row by row; other sources are packed in
-// the pair layout [pairs][32] words first,
-// then each chunk's 16 pairs x 32 rows are transposed to [32 rows][16 pairs] (zero past the
-// last pair).
+// the pair layout [pairs][32] words first, then each chunk's 16 pairs x 32 rows are transposed to
+// [32 rows][16 pairs] (zero past the last pair).
 void pack_a_amx(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
                 float* scales) {
   if (op.type == DType::kBF16 && op.k_contiguous) return pack_a_bf16_rows(op, r0, rows, tile, k0, kc, panel);
