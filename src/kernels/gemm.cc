@@ -95,6 +95,26 @@ void run(DType type, int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, b
   gemm_detail::gemm_blocked(p, backend_for(type, options), options.threads);
 }
 
+// C[M, N] (+)= A B^T with A [M, K] 1x128 and B as stored: [N, K] (b_k_contiguous) or [K, N].
+void run_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, bool b_k_contiguous, float* C, int64_t ldc,
+             bool accumulate, const GemmOptions& options) {
+  const int64_t M = A.rows, N = b_k_contiguous ? B.rows : B.cols, K = A.cols;
+  FP8RL_CHECK(A.mode == ScalingMode::kRows1x128, "fp8 gemm: A must be quantized 1x128 along K, got {}", A.str());
+  FP8RL_CHECK(ldc >= N, "fp8 gemm: ldc {} < N {}", ldc, N);
+  const Metered metered(M, N, K);
+  GemmProblem p;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.a = GemmOperand{DType::kE4M3, A.codes.data(), A.cols, true, &A};
+  p.b = GemmOperand{DType::kE4M3, B.codes.data(), B.cols, b_k_contiguous, &B};
+  p.c = C;
+  p.ldc = ldc;
+  p.accumulate = accumulate;
+  p.round_output_bf16 = options.round_output_bf16;
+  gemm_detail::gemm_blocked(p, backend_for(DType::kE4M3, options), options.threads);
+}
+
 }  // namespace
 
 // nt: A [M,K], B [N,K].  nn: A [M,K], B [K,N].  tn: A [K,M], B [K,N].
@@ -128,28 +148,6 @@ void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, const bf16_t* A, int64_t lda,
   run(DType::kBF16, M, N, K, A, lda, /*a_k_contiguous=*/false, B, ldb, /*b_k_contiguous=*/false, C, ldc, accumulate,
       options);
 }
-
-namespace {
-// C[M, N] (+)= A B^T with A [M, K] 1x128 and B as stored: [N, K] (b_k_contiguous) or [K, N].
-void run_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, bool b_k_contiguous, float* C, int64_t ldc,
-             bool accumulate, const GemmOptions& options) {
-  const int64_t M = A.rows, N = b_k_contiguous ? B.rows : B.cols, K = A.cols;
-  FP8RL_CHECK(A.mode == ScalingMode::kRows1x128, "fp8 gemm: A must be quantized 1x128 along K, got {}", A.str());
-  FP8RL_CHECK(ldc >= N, "fp8 gemm: ldc {} < N {}", ldc, N);
-  const Metered metered(M, N, K);
-  GemmProblem p;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.a = GemmOperand{DType::kE4M3, A.codes.data(), A.cols, true, &A};
-  p.b = GemmOperand{DType::kE4M3, B.codes.data(), B.cols, b_k_contiguous, &B};
-  p.c = C;
-  p.ldc = ldc;
-  p.accumulate = accumulate;
-  p.round_output_bf16 = options.round_output_bf16;
-  gemm_detail::gemm_blocked(p, backend_for(DType::kE4M3, options), options.threads);
-}
-}  // namespace
 
 void gemm_nt_fp8(const QuantizedMatrix& A, const QuantizedMatrix& B, float* C, int64_t ldc, bool accumulate,
                  const GemmOptions& options) {

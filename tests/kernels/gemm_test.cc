@@ -501,8 +501,9 @@ TEST(Gemm, TheKBlockSizeDoesNotChangeTheBits) {
       }
 }
 
-// Every public form adds its call, 2 M N K flops and a non-negative time to the running totals;
-// a rejected call and calls from inside pool tasks add nothing.
+// A public call of each operand type (every form goes through the same metered path) adds its
+// call, 2 M N K flops and a non-negative time to the running totals; a rejected call and calls
+// from inside pool tasks add nothing.
 TEST(Gemm, TotalsCountEveryCall) {
   const Shape3 s{3, 5, 7};
   const auto [a, b, ah, bh, A, B] = typed_operands(s, 41);
