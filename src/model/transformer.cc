@@ -484,11 +484,12 @@ void Transformer::resize_activations(int64_t B, int64_t T) {
   for (LayerActs& a : acts_) {
     if (checkpointing_) {
       // The layer's input and its attention output only; the rest is recomputed in backward.
-      ensure(a.x, N * C);
       const size_t n = static_cast<size_t>(N * config_.q_dim());
       if (policy_.activations == Precision::kBF16) {
+        if (a.x_bf16.size() < static_cast<size_t>(N * C)) a.x_bf16 = AlignedBuffer<bf16_t>(static_cast<size_t>(N * C));
         if (a.att_saved_bf16.size() < n) a.att_saved_bf16 = AlignedBuffer<bf16_t>(n);
       } else {
+        ensure(a.x, N * C);
         ensure(a.att_saved_f32, N * config_.q_dim());
       }
     } else {
@@ -708,18 +709,23 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
     return;
   }
   resize_activations(batch.B, batch.T);
-  embed(acts_[0].x.data(), rows_);
+  // With checkpointing under BF16 activations the layers run in place on x_final_, each keeping
+  // its input as BF16; otherwise each layer's input is its own FP32 buffer.
+  const bool bf16_inputs = checkpointing_ && policy_.activations == Precision::kBF16;
+  const auto input = [&](int64_t l) {
+    return bf16_inputs || l == config_.n_layers ? x_final_.data() : acts_[static_cast<size_t>(l)].x.data();
+  };
+  embed(input(0), rows_);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
-    float* x_next = l + 1 < config_.n_layers ? acts_[static_cast<size_t>(l + 1)].x.data() : x_final_.data();
     // With checkpointing every layer runs in the one LayerActs that backward recomputes into, and
     // keeps nothing for backward (its column-wise copies are made again there).
     LayerActs& a = checkpointing_ ? recompute_acts_ : acts_[static_cast<size_t>(l)];
-    qkv_amax_[static_cast<size_t>(l)] =
-        layer_forward(l, acts_[static_cast<size_t>(l)].x.data(), a, x_next, backward_scratch_.tmp.data(), rows_,
-                      saved_for_backward_ && !checkpointing_, /*stop_after_qkv=*/false);
+    LayerActs& keep = acts_[static_cast<size_t>(l)];
+    if (bf16_inputs) bf16_encode_f32(input(l), keep.x_bf16.data(), N * C);  // BF16 values: exact
+    qkv_amax_[static_cast<size_t>(l)] = layer_forward(l, input(l), a, input(l + 1), backward_scratch_.tmp.data(), rows_,
+                                                      saved_for_backward_ && !checkpointing_, /*stop_after_qkv=*/false);
     record_routing(l, a);
     if (checkpointing_) {  // the attention output too: the recomputation need not attend again
-      LayerActs& keep = acts_[static_cast<size_t>(l)];
       const int64_t n = N * config_.q_dim();
       if (policy_.activations == Precision::kBF16) {
         bf16_encode_f32(a.att.data(), keep.att_saved_bf16.data(), n);  // BF16 values: exact
@@ -963,6 +969,11 @@ void Transformer::backward(const float* dlogprobs, EmbeddingRowGrads* embedding_
 
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
     const float* x = acts_[static_cast<size_t>(l)].x.data();
+    if (checkpointing_ && policy_.activations == Precision::kBF16) {
+      // The saved BF16 input back to FP32 into the recomputation's own x (the same values).
+      bf16_decode_f32(acts_[static_cast<size_t>(l)].x_bf16.data(), recompute_acts_.x.data(), N * C);
+      x = recompute_acts_.x.data();
+    }
     if (checkpointing_) {
       // The layer's forward again, from its saved input: the same bits as the first time.
       // w.dh is free here (written before it is read in layer_backward) and holds x_next.

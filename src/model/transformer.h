@@ -85,7 +85,8 @@ class Transformer {
   const WeightPointers& weight_grads() const { return g_; }
 
   // Per-layer activation recomputation (policy.activation_checkpointing): a forward for backward
-  // keeps only each layer's input [N, C] and attention output [N, Hq*D]; backward() runs the
+  // keeps only each layer's input [N, C] and attention output [N, Hq*D] (both as BF16 under BF16
+  // activations, where their values are BF16, so exactly); backward() runs the
   // layer's forward again (the same bits: the same inputs through the same kernels; the attention
   // output taken as saved, so attention runs once in the forward and once, probabilities only,
   // in its backward) just before its backward. Results are bit-identical either way.
@@ -211,6 +212,9 @@ class Transformer {
   // Saved activations of one layer, each [N, ...] row-major.
   struct LayerActs {
     AlignedBuffer<float> x;       // [N, C] residual input
+    // With checkpointing under BF16 activations, the layer's input kept as BF16 instead of x (its
+    // values are BF16: the embedding and every residual add round to BF16, so nothing is lost).
+    AlignedBuffer<bf16_t> x_bf16;
     AlignedBuffer<float> h1;      // [N, C] attention-norm output
     AlignedBuffer<float> rstd1;   // [N]
     AlignedBuffer<float> q_raw;   // [N, Hq*D] before q-norm (q-norm models)
@@ -317,7 +321,7 @@ class Transformer {
   bool saved_for_backward_ = false;
   TokenBatch batch_;  // copy of the last forward's batch
   RowLayout rows_;    // and its layout
-  std::vector<LayerActs> acts_;  // per layer (with checkpointing only their x)
+  std::vector<LayerActs> acts_;  // per layer (with checkpointing only their input and attention output)
   LayerActs recompute_acts_;     // checkpointing: the layer being differentiated
   AlignedBuffer<float> x_final_, hf_, rstd_f_, lse_;  // [N, C], [N, C], [N], [N]
   LmHeadScratch head_scratch_;
