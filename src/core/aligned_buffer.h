@@ -91,6 +91,17 @@ class AlignedBuffer {
     *this = AlignedBuffer(size);
   }
 
+  // A mapped buffer (kMappedBufferBytes or more) gives its pages back to the kernel: the resident
+  // set shrinks by its size and its elements read as zeros until written again; it stays valid.
+  // Returns false, doing nothing, for a smaller (heap) buffer.
+  bool discard_pages() {
+    if (!mapped()) return false;
+    return madvise(data_, bytes_of(capacity_), MADV_DONTNEED) == 0;
+  }
+
+  // Whether the storage is an anonymous memory map (kMappedBufferBytes or more), not heap.
+  bool mapped() const { return data_ != nullptr && bytes_of(capacity_) >= kMappedBufferBytes; }
+
   T* data() { return data_; }
   const T* data() const { return data_; }
   size_t size() const { return size_; }

@@ -170,7 +170,11 @@ void GenerationEngine::update_weights(const GeneratorWeightSource& src) {
     }
   }
   copy_floats(final_norm_, src.final_norm, C);
-  load_linear(lm_head_, src.lm_head, lm_head_.N, lm_head_.K);
+  // A tied head from the very FP32 rows the embedding was encoded from: its BF16 rows are the
+  // embedding's (a trainer's head keeps no BF16 copy of its own).
+  LinearWeightSource head = src.lm_head;
+  if (head.bf16 == nullptr && head.f32 != nullptr && head.f32 == src.embed && embed_ != nullptr) head.bf16 = embed_;
+  load_linear(lm_head_, head, lm_head_.N, lm_head_.K);
   weights_loaded_ = true;
   // New weights make the old Q/K/V scales stale: generation refuses until they are set again.
   kv_.invalidate_scales();

@@ -46,9 +46,26 @@ Linear::Linear(std::string name, int64_t out_features, int64_t in_features, Prec
 void Linear::refresh_weights(const float* master) {
   FP8RL_CHECK(!frozen_, "linear '{}' is frozen: its weights are set once", name_);
   w_master_ = master;
-  if (precision_ == Precision::kBF16) bf16_encode_f32(master, w_bf16_.data(), N_ * K_);
+  if (precision_ == Precision::kBF16 && !bf16_on_demand_) bf16_encode_f32(master, w_bf16_.data(), N_ * K_);
   if (precision_ == Precision::kFP8)
     quantize_into(TensorView::contiguous(const_cast<float*>(master), DType::kF32, Shape{N_, K_}), w_fp8_);
+}
+
+void Linear::drop_bf16_copy() {
+  FP8RL_CHECK(precision_ == Precision::kBF16 && !frozen_, "linear '{}': only a trainable BF16 linear drops its copy",
+              name_);
+  bf16_on_demand_ = true;
+  w_bf16_ = {};
+}
+
+const bf16_t* Linear::bf16_rows(int64_t r0, int64_t n, AlignedBuffer<bf16_t>& scratch) const {
+  FP8RL_CHECK(precision_ == Precision::kBF16 && r0 >= 0 && n >= 0 && r0 + n <= N_,
+              "linear '{}': BF16 rows [{}, {}) of [{}, {}]", name_, r0, r0 + n, N_, K_);
+  if (!bf16_on_demand_) return w_bf16_.data() + r0 * K_;
+  FP8RL_CHECK(w_master_ != nullptr, "linear '{}': refresh_weights was never called", name_);
+  scratch.resize(static_cast<size_t>(n * K_));
+  bf16_encode_f32(w_master_ + r0 * K_, scratch.data(), n * K_);
+  return scratch.data();
 }
 
 Linear Linear::frozen_copy() const {
@@ -68,7 +85,12 @@ Linear Linear::frozen_copy() const {
       f.w_master_ = f.w_f32_.data();
       break;
     case Precision::kBF16:
-      f.w_bf16_ = w_bf16_.clone();
+      if (bf16_on_demand_) {
+        f.w_bf16_ = AlignedBuffer<bf16_t>(static_cast<size_t>(N_ * K_));
+        bf16_encode_f32(w_master_, f.w_bf16_.data(), N_ * K_);
+      } else {
+        f.w_bf16_ = w_bf16_.clone();
+      }
       break;
     case Precision::kFP8:
       f.w_fp8_.scale_format = w_fp8_.scale_format;
@@ -155,6 +177,7 @@ void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bo
       gemm_nt_f32(M, N_, K_, x, K_, w_master_, K_, y, N_, /*accumulate=*/false, gemm);
       break;
     case Precision::kBF16:
+      FP8RL_CHECK(!bf16_on_demand_, "linear '{}' keeps no BF16 copy (drop_bf16_copy): read it by bf16_rows", name_);
       if (same_x == nullptr) to_bf16(x, M * K_, cache.x_bf16);
       FP8RL_CHECK(in.x_bf16.size() == static_cast<size_t>(M * K_), "linear '{}': shared input is not [{}, {}] BF16",
                   name_, M, K_);
@@ -182,6 +205,7 @@ void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy,
     case Precision::kBF16: {
       // Per-thread scratch, kept across calls (shapes repeat every step): no allocation and no
       // zeroing of megabytes per backward.
+      FP8RL_CHECK(!bf16_on_demand_, "linear '{}' keeps no BF16 copy (drop_bf16_copy): read it by bf16_rows", name_);
       thread_local AlignedBuffer<bf16_t> dy_bf16;
       to_bf16(dy, M * N_, dy_bf16);
       gemm_nn_bf16(M, K_, N_, dy_bf16.data(), N_, w_bf16_.data(), K_, dx, K_, accumulate_dx);

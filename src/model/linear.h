@@ -51,6 +51,14 @@ class Linear {
   // quantizes the master afresh.
   void install_fp8_weights(const QuantizedMatrix& w);
   const AlignedBuffer<bf16_t>& bf16_weights() const { return w_bf16_; }
+  // A trainable BF16 linear that keeps no BF16 copy (the trainer's LM head: [V, C], 0.31 GB at a
+  // 152k vocabulary, read only in slices by model/lm_head.h): refresh_weights keeps the master's
+  // pointer alone, bf16_weights() is empty, forward() and backward() are refused, and bf16_rows
+  // encodes the rows a reader asks for: the values the copy would hold.
+  void drop_bf16_copy();
+  // Rows [r0, r0 + n) of the BF16 weights [N, K]: in the copy, or encoded from the master into
+  // `scratch` (resized to n * K).
+  const bf16_t* bf16_rows(int64_t r0, int64_t n, AlignedBuffer<bf16_t>& scratch) const;
   // The FP32 weights [N, K] the FP32 path multiplies by (the master, or a frozen copy's own).
   const float* f32_weights() const { return w_master_; }
 
@@ -69,6 +77,12 @@ class Linear {
   void set_frozen_rows(const float* w, int64_t row0, int64_t rows);
   void set_frozen_rows_bf16(const bf16_t* w, int64_t row0, int64_t rows);
   bool frozen() const { return frozen_; }
+  // Calls f(buffer) for each AlignedBuffer of weights this linear owns (a frozen one's: its FP32,
+  // BF16 or FP8 copy and scales), whichever are empty (Transformer::offload_weights).
+  template <typename F>
+  void visit_weight_storage(F&& f) {
+    f(w_f32_), f(w_bf16_), f(w_fp8_.rowwise.codes), f(w_fp8_.rowwise.scale_inv);
+  }
 
   // y [M, N] = x [M, K] W^T; saves what backward needs in `cache`. With save_for_backward false
   // (a forward that no backward follows) the FP8 path skips the column-wise copy of x that only
@@ -98,6 +112,7 @@ class Linear {
   bool round_output_bf16_ = false;
   const float* w_master_ = nullptr;  // [N, K]
   bool frozen_ = false;
+  bool bf16_on_demand_ = false;      // drop_bf16_copy()
   AlignedBuffer<float> w_f32_;       // [N, K] a frozen FP32 layer's own weights
   AlignedBuffer<bf16_t> w_bf16_;     // [N, K]
   QuantizedTensor w_fp8_;            // [N, K] 128x128, row-wise only (dgrad reads it as stored)

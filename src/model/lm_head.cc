@@ -23,12 +23,12 @@ void check_head(const Linear& head) {
 }
 
 // logits [rows, cols] (row stride ld) = x[rows of x, C] W[v0 : v0 + cols]^T, in the head's precision;
-// `xb` is x as BF16 for a BF16 head.
-void head_product(const Linear& head, const float* x, const bf16_t* xb, int64_t rows, int64_t v0, int64_t cols,
-                  float* logits, int64_t ld) {
+// `xb` is x as BF16 and `wb` W's rows [v0, v0 + cols) as BF16 (Linear::bf16_rows) for a BF16 head.
+void head_product(const Linear& head, const float* x, const bf16_t* xb, const bf16_t* wb, int64_t rows, int64_t v0,
+                  int64_t cols, float* logits, int64_t ld) {
   const int64_t C = head.in_features();
   if (head.precision() == Precision::kBF16) {
-    gemm_nt_bf16(rows, cols, C, xb, C, head.bf16_weights().data() + v0 * C, C, logits, ld);
+    gemm_nt_bf16(rows, cols, C, xb, C, wb, C, logits, ld);
   } else {
     gemm_nt_f32(rows, cols, C, x, C, head.f32_weights() + v0 * C, C, logits, ld);
   }
@@ -76,7 +76,8 @@ void lm_head_logprobs_forward(const Linear& head, const float* x, int64_t N, con
   float* logits = sized(s.logits, R * std::min(kLseBlock, V));
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t v0 = b * kLseBlock, width = std::min(kLseBlock, V - v0);
-    head_product(head, xr, xb, R, v0, width, logits, width);
+    const bf16_t* wb = bf16 ? head.bf16_rows(v0, width, s.w_bf16) : nullptr;
+    head_product(head, xr, xb, wb, R, v0, width, logits, width);
     lse_block_stats_rows(block_max + b, block_sum + b, blocks, logits, width, width, R);
     for (int64_t r = 0; r < R; ++r) {
       const int64_t j = targets[rows[r]] - v0;
@@ -103,11 +104,11 @@ void lm_head_logprobs_backward(const Linear& head, const float* x, int64_t N, co
   if (bf16) bf16_encode_f32(x, xb, N * C);
   for (int64_t v0 = 0; v0 < V; v0 += kHeadSliceColumns) {
     const int64_t width = std::min(kHeadSliceColumns, V - v0);
-    head_product(head, x, xb, N, v0, width, dl, width);
+    const bf16_t* w = bf16 ? head.bf16_rows(v0, width, s.w_bf16) : nullptr;
+    head_product(head, x, xb, w, N, v0, width, dl, width);
     token_logprobs_backward(dl, dl, width, v0, width, lse, dlogprob, targets, N);
     const bool acc = accumulate_dx || v0 > 0;
     if (bf16) {
-      const bf16_t* w = head.bf16_weights().data() + v0 * C;
       bf16_encode_f32(dl, dlb, N * width);
       gemm_nn_bf16(N, C, width, dlb, width, w, C, dx, C, acc);
       gemm_tn_bf16(width, C, N, dlb, width, xb, C, dw + v0 * C, C, accumulate_dw);
@@ -121,13 +122,17 @@ void lm_head_logprobs_backward(const Linear& head, const float* x, int64_t N, co
 
 void lm_head_logits(const Linear& head, const float* x, int64_t N, float* logits, LmHeadScratch& s) {
   check_head(head);
-  const int64_t C = head.in_features();
+  const int64_t V = head.out_features(), C = head.in_features();
+  const bool bf16 = head.precision() == Precision::kBF16;
   bf16_t* xb = nullptr;
-  if (head.precision() == Precision::kBF16) {
+  if (bf16) {
     xb = sized(s.x_bf16, N * C);
     bf16_encode_f32(x, xb, N * C);
   }
-  head_product(head, x, xb, N, 0, head.out_features(), logits, head.out_features());
+  for (int64_t v0 = 0; v0 < V; v0 += kHeadSliceColumns) {  // a GEMM element depends on K only
+    const int64_t width = std::min(kHeadSliceColumns, V - v0);
+    head_product(head, x, xb, bf16 ? head.bf16_rows(v0, width, s.w_bf16) : nullptr, N, v0, width, logits + v0, V);
+  }
 }
 
 }  // namespace fp8rl

@@ -223,6 +223,9 @@ void Transformer::build_linears() {
   const Precision head = policy_.fp32_lm_head || policy_.activations == Precision::kF32 ? Precision::kF32 : Precision::kBF16;
   lm_head_ = linear(config_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", config_.vocab_size, C,
                     head, /*round_output=*/false);
+  // The trainer's head reads its BF16 weights slice by slice (model/lm_head.h): made from the
+  // master as it goes, no [V, C] copy.
+  if (!frozen_ && head == Precision::kBF16) lm_head_.drop_bf16_copy();
   rope_ = rope_table(config_.head_dim, config_.max_seq_len, config_.rope_theta,
                      config_.rope_llama3_scaling ? &config_.rope_scaling : nullptr);
 }
@@ -238,6 +241,39 @@ void Transformer::bind_frozen_storage() {
   } else if (!head_is_embedding) {
     embed_bf16_ = AlignedBuffer<bf16_t>(static_cast<size_t>(VC));
   }
+}
+
+template <typename F>
+void Transformer::visit_offloadable_weights(F&& f) {
+  int64_t offset = 0;
+  const auto visit = [&](auto& buffer) {
+    if (!buffer.mapped()) return;
+    const size_t bytes = buffer.size() * sizeof(*buffer.data());
+    f(buffer, bytes, offset);
+    offset += static_cast<int64_t>(bytes);
+  };
+  for (LayerLinears& ll : linears_)
+    for (Linear* linear : ll.all()) linear->visit_weight_storage(visit);
+  lm_head_.visit_weight_storage(visit);
+  visit(embed_bf16_), visit(embed_f32_);
+}
+
+void Transformer::offload_weights(SpillFile& file) {
+  FP8RL_CHECK(frozen_, "offload_weights: only a frozen model's weights leave memory");
+  FP8RL_CHECK(spilled_to_ == nullptr || spilled_to_ == &file, "offload_weights: the weights are in another file");
+  if (offloaded_) return;
+  if (spilled_to_ == nullptr) {  // every byte written before any page goes: a failed write loses nothing
+    visit_offloadable_weights([&](auto& buffer, size_t bytes, int64_t at) { file.write(at, buffer.data(), bytes); });
+    spilled_to_ = &file;
+  }
+  visit_offloadable_weights([](auto& buffer, size_t, int64_t) { buffer.discard_pages(); });
+  offloaded_ = true;
+}
+
+void Transformer::restore_weights(const SpillFile& file) {
+  FP8RL_CHECK(offloaded_ && spilled_to_ == &file, "restore_weights: the weights were not offloaded to this file");
+  visit_offloadable_weights([&](auto& buffer, size_t bytes, int64_t at) { file.read(at, buffer.data(), bytes); });
+  offloaded_ = false;
 }
 
 Transformer Transformer::frozen_copy() const {
@@ -342,8 +378,8 @@ void Transformer::set_frozen_embedding_rows_bf16(const bf16_t* rows, int64_t row
 const bf16_t* Transformer::embedding_bf16() const {
   if (policy_.activations != Precision::kBF16) return nullptr;
   if (!embed_bf16_.empty()) return embed_bf16_.data();
-  if (config_.tie_embeddings && lm_head_.precision() == Precision::kBF16) return lm_head_.bf16_weights().data();
-  return nullptr;
+  if (config_.tie_embeddings && !lm_head_.bf16_weights().empty()) return lm_head_.bf16_weights().data();
+  return nullptr;  // the trainer's (its head keeps no BF16 copy)
 }
 
 void Transformer::init_random(uint64_t seed) {
@@ -504,6 +540,7 @@ void Transformer::resize_activations(int64_t B, int64_t T) {
 
 Transformer::RowLayout Transformer::batch_layout(const TokenBatch& batch, const char* caller) const {
   const int64_t B = batch.B, T = batch.T, N = B * T;
+  FP8RL_CHECK(!offloaded_, "{}: the model's weights are offloaded (offload_weights): restore_weights first", caller);
   FP8RL_CHECK(B > 0 && T > 0, "{}: empty batch B={} T={}", caller, B, T);
   FP8RL_CHECK(batch.tokens.size() == static_cast<size_t>(N) && batch.targets.size() == static_cast<size_t>(N) &&
                   batch.positions.size() == static_cast<size_t>(N),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "io/spill_file.h"
 #include "kernels/attention.h"
 #include "kernels/rope.h"
 #include "model/config.h"
@@ -131,6 +132,15 @@ class Transformer {
   void backward(const float* dlogprobs, EmbeddingRowGrads* embedding_rows = nullptr, double aux_loss_weight = 0.0);
   // Adds an embedding-row term (as backward() returns it) to grads().
   void add_embedding_rows(const EmbeddingRowGrads& rows);
+  // A frozen model's weights out of memory and back (GRPO's reference policy between its log-prob
+  // phases, policy.release_memory_between_phases). offload_weights writes the bytes of its large
+  // weight buffers (each linear's copy, the embedding) to `file`, on the first call only (frozen
+  // weights never change, so later calls must pass the same file), then gives their pages back to
+  // the kernel; forwards are refused until restore_weights(file) reads them back, the same bits.
+  // Buffers under kMappedBufferBytes (norms, scales) stay.
+  void offload_weights(SpillFile& file);
+  void restore_weights(const SpillFile& file);
+  bool weights_offloaded() const { return offloaded_; }
   // Frees every buffer a forward or backward sized for its batch (saved activations, gradient
   // scratch, the prefix forwards' scratch): GRPO calls it after each phase, so that the memory of
   // the trainer's phases is never resident at once. The next forward allocates them again; a
@@ -158,7 +168,8 @@ class Transformer {
   void set_frozen_embedding_rows(const float* rows, int64_t row0, int64_t n);
   void set_frozen_embedding_rows_bf16(const bf16_t* rows, int64_t row0, int64_t n);
   // The embedding row of each token as the forward reads it (BF16-rounded under BF16
-  // activations): the generator's refit source, [V, C] BF16 when embedding_bf16() is set.
+  // activations): the generator's refit source, [V, C] BF16 when embedding_bf16() is set (a
+  // frozen model's; a trainable one keeps no BF16 embedding, and the generator makes its own).
   const bf16_t* embedding_bf16() const;
   // Absolute maxima of q, k (after q/k-norm and RoPE) and v per layer, and per head of each, in
   // the last forward, over real (non-padding) rows: the KV-cache calibration of docs/recipe.md
@@ -297,6 +308,10 @@ class Transformer {
   // The linears (trainable, or frozen for a frozen model) and the RoPE table of the config.
   void build_linears();
   void bind_frozen_storage();
+  // Calls f(buffer, bytes, offset) for each weight buffer of a frozen model that is a memory map
+  // (each linear's copies, the embedding), in a fixed order, offset counting the bytes before it.
+  template <typename F>
+  void visit_offloadable_weights(F&& f);
 
   ModelConfig config_;
   PrecisionPolicy policy_;
@@ -304,6 +319,8 @@ class Transformer {
   bool frozen_ = false;
   bool checkpointing_ = false;
   bool router_frozen_ = false;
+  bool offloaded_ = false;                 // offload_weights() without restore_weights() since
+  const SpillFile* spilled_to_ = nullptr;  // the file offload_weights wrote them to, once
   // Trainable: the FP32 masters [num_params]. Frozen: only the 1-D tensors (norms), packed.
   AlignedBuffer<float> params_, grads_;
   WeightPointers w_, g_;

@@ -17,14 +17,15 @@
 #include "io/atomic_file.h"
 #include "io/metrics_log.h"
 #include "io/run_lock.h"
+#include "io/spill_file.h"
 #include "io/tfevents.h"
 #include "model/checkpoint.h"
 #include "rl/advantages.h"
 #include "rl/dist/data_parallel.h"
 #include "rl/evaluate.h"
 #include "rl/grpo_loss.h"
-#include "rl/refit.h"
 #include "rl/model_source.h"
+#include "rl/refit.h"
 
 namespace fp8rl {
 
@@ -226,6 +227,7 @@ class GrpoJob {
   }
   void use_kv_scales(const std::vector<QkvScales>& scales);
   std::vector<MicroBatches> optimizer_steps() const;
+  void offload_reference();
 
   const RunConfig& config_;
   const dist::Communicator& comm_;
@@ -238,6 +240,8 @@ class GrpoJob {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::vector<int32_t>> train_ids_, val_ids_;
   std::optional<Transformer> reference_;  // the KL term's: the initial weights, frozen
+  std::optional<SpillFile> reference_file_;  // its weights between log-prob phases (offload_reference)
+  bool reference_stays_ = false;             // its spill file could not be written
   AdamW optimizer_;
   LrSchedule schedule_;
   GenerationEngine generator_;
@@ -480,6 +484,7 @@ std::vector<MicroBatches> GrpoJob::optimizer_steps() const {
 // Micro-batch k of an optimizer step runs on rank k % N, which alone needs its log-probs.
 void GrpoJob::old_logprobs(std::vector<Rollout>& r) {
   const bool prev_from_training = rollouts_ == global_;
+  if (reference_ && reference_->weights_offloaded()) reference_->restore_weights(*reference_file_);
   for (const MicroBatches& micro_batches : optimizer_steps())
     for (size_t k = 0; k < micro_batches.size(); ++k) {
       if (!dist::runs_micro_batch(static_cast<int64_t>(k), comm_.rank(), comm_.size())) continue;
@@ -489,7 +494,25 @@ void GrpoJob::old_logprobs(std::vector<Rollout>& r) {
     }
   if (release_memory_) {
     policy_.release_activations();
-    if (reference_) reference_->release_activations();
+    if (reference_) {
+      reference_->release_activations();
+      offload_reference();
+    }
+  }
+}
+
+// Until the next step's log-prob phase the reference policy's weights leave memory for a spill
+// file in the run directory (where this rank's node has none, the temporary directory): written
+// once, read back each step. A file that cannot be written leaves them in memory, with a warning.
+void GrpoJob::offload_reference() {
+  if (reference_stays_) return;
+  try {
+    if (!reference_file_) reference_file_.emplace(fs::is_directory(run_dir_) ? run_dir_ : fs::temp_directory_path());
+    reference_->offload_weights(*reference_file_);
+  } catch (const Error& e) {
+    fmt::print(stderr, "grpo: warning: the reference policy's weights stay in memory: {}\n", e.what());
+    reference_file_.reset();
+    reference_stays_ = true;
   }
 }
 

@@ -1,6 +1,8 @@
 // The chunked LM head (model/lm_head.h): its log-probs are the unchunked head's bit for bit, dW is
 // the unsliced GEMM's bit for bit, and dx (summed over vocabulary slices) matches the exact
 // gradient within a derived tolerance; BF16 and FP32 heads, a real vocabulary size.
+#include "model/lm_head.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,9 +12,9 @@
 #include "core/rng.h"
 #include "kernels/gemm.h"
 #include "kernels/logprob.h"
-#include "model/lm_head.h"
 #include "numerics/bf16.h"
 #include "numerics/codec.h"
+#include "tests/test_util.h"
 
 namespace fp8rl {
 namespace {
@@ -86,6 +88,48 @@ TEST_P(LmHead, ChunksGiveTheUnchunkedBits) {
       }
       ASSERT_NEAR(dx[static_cast<size_t>(n * C + c)], want, 1e-4 * mag + 1e-12) << "row " << n << " column " << c;
     }
+}
+
+// The trainer's head keeps no BF16 copy (Linear::drop_bf16_copy): the rows it encodes from the
+// master block by block give the copy's bits in the forward, the backward and the logits.
+TEST(LmHeadWithoutCopy, GivesTheCopysBits) {
+  const int64_t V = 5000, C = 64, N = 40;  // two full 2,048-column slices and a partial one
+  std::vector<float> w(static_cast<size_t>(V * C)), x(static_cast<size_t>(N * C)), dlp(static_cast<size_t>(N));
+  fill_normal(w.data(), V * C, 0.0f, 0.5f, 5, 0);
+  fill_normal(x.data(), N * C, 0.0f, 1.0f, 5, 1);
+  fill_normal(dlp.data(), N, 0.0f, 1.0f, 5, 2);
+  for (float& e : x) e = bf16_to_f32(f32_to_bf16(e));
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n)
+    targets[static_cast<size_t>(n)] = n % 5 == 0 ? -1 : static_cast<int32_t>((n * 997) % V);
+  struct Out {
+    std::vector<float> lp, lse, dx, dw, logits;
+  };
+  const auto run = [&](bool copy) {
+    Linear head("lm_head.weight", V, C, Precision::kBF16, ScaleFormat::kFp32, ScaleFormat::kFp32, false);
+    if (!copy) head.drop_bf16_copy();
+    head.refresh_weights(w.data());
+    EXPECT_EQ(head.bf16_weights().empty(), !copy);
+    LmHeadScratch scratch;
+    Out o{std::vector<float>(N), std::vector<float>(N), std::vector<float>(N * C), std::vector<float>(V * C),
+          std::vector<float>(N * V)};
+    lm_head_logprobs_forward(head, x.data(), N, targets.data(), o.lp.data(), o.lse.data(), scratch);
+    lm_head_logprobs_backward(head, x.data(), N, targets.data(), o.lse.data(), dlp.data(), o.dx.data(), false,
+                              o.dw.data(), false, scratch);
+    lm_head_logits(head, x.data(), N, o.logits.data(), scratch);
+    if (!copy) {
+      LinearCache cache;
+      EXPECT_NE(testing::error_message([&] { head.forward(o.logits.data(), x.data(), N, cache); }).find("no BF16 copy"),
+                std::string::npos);
+    }
+    return o;
+  };
+  const Out with = run(true), without = run(false);
+  EXPECT_EQ(with.lp, without.lp);
+  EXPECT_EQ(with.lse, without.lse);
+  EXPECT_EQ(std::memcmp(with.dx.data(), without.dx.data(), 4 * with.dx.size()), 0);
+  EXPECT_EQ(std::memcmp(with.dw.data(), without.dw.data(), 4 * with.dw.size()), 0);
+  EXPECT_EQ(std::memcmp(with.logits.data(), without.logits.data(), 4 * with.logits.size()), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, LmHead, ::testing::Values(Precision::kBF16, Precision::kF32),

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.h"
+#include "io/spill_file.h"
 #include "model/transformer.h"
+#include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {
@@ -107,6 +110,51 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Precision::kFP8, false, false, false, false}, Case{Precision::kFP8, true, true, true, true},
                       Case{Precision::kBF16, true, false, true, true}),
     [](const auto& info) { return info.param.name(); });
+
+// The reference policy between GRPO's log-prob phases: a frozen model's weights offloaded to a
+// spill file give their pages back (the resident set drops by about their size), forwards are
+// refused meanwhile, and restored they give the same log-probs, also after a second offload, which
+// writes nothing.
+TEST(TransformerMemory, OffloadedWeightsComeBackWithTheSameBits) {
+  const testing::TempDir tmp;
+  const TokenBatch batch = memory_batch();
+  const size_t N = static_cast<size_t>(batch.B * batch.T);
+  for (Precision linear : {Precision::kFP8, Precision::kBF16, Precision::kF32}) {
+    SCOPED_TRACE(precision_name(linear));
+    // 1,024-wide linears: 1 MiB or more each in every precision but FP8's k and v, so memory maps.
+    ModelConfig c = memory_config(/*qk_norm=*/true, /*tied=*/true);
+    c.d_model = 1024, c.d_ff = 1024, c.n_layers = 1, c.n_heads = 8, c.n_kv_heads = 4, c.head_dim = 128;
+    Transformer model(c, policy_of(linear, /*bf16_attention=*/linear != Precision::kF32));
+    model.init_random(3);
+    Transformer frozen = model.frozen_copy();
+    std::vector<float> before(N), after(N);
+    frozen.forward(batch, before.data(), false);
+    SpillFile file(tmp.path()), other(tmp.path());
+    for (int round = 0; round < 2; ++round) {
+      const int64_t rss = current_rss_bytes();
+      frozen.offload_weights(file);
+      EXPECT_TRUE(frozen.weights_offloaded());
+      EXPECT_LT(current_rss_bytes(), rss - (int64_t{4} << 20)) << "round " << round;  // FP8: 5 MiB leave
+      EXPECT_NE(testing::error_message([&] { frozen.forward(batch, after.data(), false); }).find("offloaded"),
+                std::string::npos);
+      EXPECT_NE(testing::error_message([&] { frozen.restore_weights(other); }).find("not offloaded to this file"),
+                std::string::npos);
+      frozen.restore_weights(file);
+      std::fill(after.begin(), after.end(), 0.0f);
+      frozen.forward(batch, after.data(), false);
+      EXPECT_EQ(std::memcmp(before.data(), after.data(), 4 * N), 0) << "round " << round;
+    }
+    EXPECT_NE(testing::error_message([&] { frozen.offload_weights(other); }).find("another file"), std::string::npos);
+    EXPECT_NE(testing::error_message([&] { model.offload_weights(file); }).find("frozen"), std::string::npos);
+  }
+  // The file's errors name its directory.
+  EXPECT_NE(testing::error_message([&] { SpillFile f(tmp / "missing"); }).find((tmp / "missing").string()),
+            std::string::npos);
+  SpillFile file(tmp.path());
+  char bytes[8] = {};
+  EXPECT_NE(testing::error_message([&] { file.read(0, bytes, 8); }).find("the file ends before them"),
+            std::string::npos);
+}
 
 }  // namespace
 }  // namespace fp8rl

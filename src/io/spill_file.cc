@@ -1,0 +1,51 @@
+#include "io/spill_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "core/check.h"
+
+namespace fp8rl {
+
+SpillFile::SpillFile(const std::filesystem::path& dir) : dir_(dir) {
+  fd_ = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd_ < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    // No O_TMPFILE on this file system: a named file, removed before it is used.
+    std::string name = (dir / ".spill-XXXXXX").string();
+    fd_ = ::mkostemp(name.data(), O_CLOEXEC);
+    if (fd_ >= 0) ::unlink(name.c_str());
+  }
+  FP8RL_REQUIRE(fd_ >= 0, "cannot create a spill file in '{}': {}", dir.string(), std::strerror(errno));
+}
+
+SpillFile::~SpillFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SpillFile::write(int64_t offset, const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t n = ::pwrite(fd_, p + done, bytes - done, static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    if (n < 0 && errno == EINTR) continue;
+    FP8RL_REQUIRE(n > 0, "spill file in '{}': writing {} bytes at offset {} failed: {}", dir_.string(), bytes - done,
+                  offset + static_cast<int64_t>(done), n < 0 ? std::strerror(errno) : "no progress");
+    done += static_cast<size_t>(n);
+  }
+}
+
+void SpillFile::read(int64_t offset, void* data, size_t bytes) const {
+  char* p = static_cast<char*>(data);
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t n = ::pread(fd_, p + done, bytes - done, static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    if (n < 0 && errno == EINTR) continue;
+    FP8RL_REQUIRE(n > 0, "spill file in '{}': reading {} bytes at offset {} failed: {}", dir_.string(), bytes - done,
+                  offset + static_cast<int64_t>(done), n < 0 ? std::strerror(errno) : "the file ends before them");
+    done += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace fp8rl
