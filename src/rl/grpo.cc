@@ -319,8 +319,8 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
   optimizer_.freeze([&](const ParamInfo& t) { return !policy_.trains(t); });
   if (schedule_.total_steps == 0) schedule_.total_steps = config.grpo_max_num_steps * (rollouts_ / global_);
   // Each phase's buffers (the KV cache's pages and the generator's packed weights, the log-prob
-  // forwards' scratch, the training activations and gradients) freed when the phase ends, so that
-  // the peak is the largest phase's, not their sum.
+  // forwards' scratch and the reference's weights, the training activations and gradients) freed
+  // when the phase ends, so that the peak is the largest phase's, not their sum.
   release_memory_ = config.release_memory_between_phases == ReleaseMemory::kAlways ||
                     (config.release_memory_between_phases == ReleaseMemory::kAuto &&
                      policy_.num_params() >= kReleaseMemoryParams);
