@@ -26,26 +26,33 @@ SpillFile::~SpillFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void SpillFile::write(int64_t offset, const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
+namespace {
+
+// Calls io(offset, done) (a pread or pwrite of what is left from `done` on) until `bytes` are done.
+template <typename Io>
+void transfer_all(const std::filesystem::path& dir, const char* verb, int64_t offset, size_t bytes, const char* short_io,
+           Io io) {
   for (size_t done = 0; done < bytes;) {
-    const ssize_t n = ::pwrite(fd_, p + done, bytes - done, static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    const ssize_t n = io(static_cast<off_t>(offset + static_cast<int64_t>(done)), done);
     if (n < 0 && errno == EINTR) continue;
-    FP8RL_REQUIRE(n > 0, "spill file in '{}': writing {} bytes at offset {} failed: {}", dir_.string(), bytes - done,
-                  offset + static_cast<int64_t>(done), n < 0 ? std::strerror(errno) : "no progress");
+    FP8RL_REQUIRE(n > 0, "spill file in '{}': {} {} bytes at offset {} failed: {}", dir.string(), verb, bytes - done,
+                  offset + static_cast<int64_t>(done), n < 0 ? std::strerror(errno) : short_io);
     done += static_cast<size_t>(n);
   }
 }
 
+}  // namespace
+
+void SpillFile::write(int64_t offset, const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  transfer_all(dir_, "writing", offset, bytes, "no progress",
+        [&](off_t at, size_t done) { return ::pwrite(fd_, p + done, bytes - done, at); });
+}
+
 void SpillFile::read(int64_t offset, void* data, size_t bytes) const {
   char* p = static_cast<char*>(data);
-  for (size_t done = 0; done < bytes;) {
-    const ssize_t n = ::pread(fd_, p + done, bytes - done, static_cast<off_t>(offset + static_cast<int64_t>(done)));
-    if (n < 0 && errno == EINTR) continue;
-    FP8RL_REQUIRE(n > 0, "spill file in '{}': reading {} bytes at offset {} failed: {}", dir_.string(), bytes - done,
-                  offset + static_cast<int64_t>(done), n < 0 ? std::strerror(errno) : "the file ends before them");
-    done += static_cast<size_t>(n);
-  }
+  transfer_all(dir_, "reading", offset, bytes, "the file ends before them",
+        [&](off_t at, size_t done) { return ::pread(fd_, p + done, bytes - done, at); });
 }
 
 }  // namespace fp8rl
