@@ -22,10 +22,11 @@
 namespace fp8rl {
 
 namespace {
-// Grows `buf` to hold n floats; never shrinks, so batches of varying length reuse one allocation
+// Grows `buf` to hold n elements; never shrinks, so batches of varying length reuse one allocation
 // (every user writes the elements it reads).
-void ensure(AlignedBuffer<float>& buf, int64_t n) {
-  if (buf.size() < static_cast<size_t>(n)) buf = AlignedBuffer<float>(static_cast<size_t>(n));
+template <typename T>
+void ensure(AlignedBuffer<T>& buf, int64_t n) {
+  if (buf.size() < static_cast<size_t>(n)) buf = AlignedBuffer<T>(static_cast<size_t>(n));
 }
 // out = a + b, rounded to BF16 values when `round`: one pass, in tasks on the kernel pool
 // (elementwise: the same bits as the add followed by bf16_round_f32).
@@ -520,10 +521,9 @@ void Transformer::resize_activations(int64_t B, int64_t T) {
   for (LayerActs& a : acts_) {
     if (checkpointing_) {
       // The layer's input and its attention output only; the rest is recomputed in backward.
-      const size_t n = static_cast<size_t>(N * config_.q_dim());
       if (policy_.activations == Precision::kBF16) {
-        if (a.x_bf16.size() < static_cast<size_t>(N * C)) a.x_bf16 = AlignedBuffer<bf16_t>(static_cast<size_t>(N * C));
-        if (a.att_saved_bf16.size() < n) a.att_saved_bf16 = AlignedBuffer<bf16_t>(n);
+        ensure(a.x_bf16, N * C);
+        ensure(a.att_saved_bf16, N * config_.q_dim());
       } else {
         ensure(a.x, N * C);
         ensure(a.att_saved_f32, N * config_.q_dim());
