@@ -66,21 +66,21 @@ inline void prefetch_next_panel(const uint8_t* line, int64_t panel_bytes) {
   _mm_prefetch(reinterpret_cast<const char*>(line + panel_bytes), _MM_HINT_T0);
 }
 
-// out[g * tile + r] = the 32-bit word at base + r * ld_bytes + 4 g for r < rows, 0 for the
-// padding rows; g < groups. One "word" is a BF16 pair or one FP32 value. Tiles of 8 (A) or a
-// multiple of 16 (B): blocks of 8 rows x 16 words are loaded and transposed in registers.
-void pack_words_rows(const uint8_t* base, int64_t ld_bytes, int rows, int tile, int64_t groups, uint32_t* out) {
+// out[g * tile + r] = word g of row r for r < rows, 0 for the padding rows; g < groups. One
+// "word" is a BF16 pair or one FP32 value; `load(row, g0, n)` gives words g0 .. g0 + n - 1 of a
+// row (n <= 16, zeros past them). Tiles of 8 (A) or a multiple of 16 (B): blocks of 8 rows x 16
+// words are loaded and transposed in registers.
+template <typename LoadWords>
+void pack_rows_with(const LoadWords& load, int rows, int tile, int64_t groups, uint32_t* out) {
   for (int64_t g0 = 0; g0 < groups; g0 += 16) {
     const int n = static_cast<int>(std::min<int64_t>(16, groups - g0));
-    const __mmask16 words = static_cast<__mmask16>((1u << n) - 1);
     for (int r0 = 0; r0 < tile; r0 += 16) {
       __m512i o[2][8];
       for (int half = 0; half < (tile == 8 ? 1 : 2); ++half) {
         __m512i r[8];
         for (int i = 0; i < 8; ++i) {
           const int row = r0 + 8 * half + i;
-          r[i] = row < rows ? _mm512_maskz_loadu_epi32(words, base + row * ld_bytes + 4 * g0) : _mm512_setzero_si512();
-          prefetch_next_panel(base + row * ld_bytes + 4 * g0, tile * ld_bytes);
+          r[i] = row < rows ? load(row, g0, n) : _mm512_setzero_si512();
         }
         transpose_8x16(r, o[half]);
       }
@@ -102,6 +102,17 @@ void pack_words_rows(const uint8_t* base, int64_t ld_bytes, int rows, int tile, 
   }
 }
 
+// pack_rows_with on 32-bit words stored at base + row * ld_bytes + 4 g.
+void pack_words_rows(const uint8_t* base, int64_t ld_bytes, int rows, int tile, int64_t groups, uint32_t* out) {
+  pack_rows_with(
+      [&](int row, int64_t g0, int n) {
+        const uint8_t* line = base + row * ld_bytes + 4 * g0;
+        prefetch_next_panel(line, tile * ld_bytes);
+        return _mm512_maskz_loadu_epi32(static_cast<__mmask16>((1u << n) - 1), line);
+      },
+      rows, tile, groups, out);
+}
+
 // BF16 source with K contiguous: rows [r0, r0+rows), k [k0, k0+kc) -> [ceil(kc/2)][tile] pairs.
 void pack_bf16_rows(const bf16_t* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
                     uint32_t* out) {
@@ -120,19 +131,20 @@ inline __m512i interleave_first() {
                           3, 34, 2, 33, 1, 32, 0);
 }
 
-// BF16 source with rows contiguous (element (r, k) at src[k * ld + r]): each pair interleaves
-// two consecutive source rows k, k+1, 32 columns at a time (one vpermt2w per 16 pairs).
-void pack_bf16_cols(const bf16_t* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
-                    uint32_t* out) {
+// A source with rows contiguous (element (r, k) of row k, column r): each pair interleaves two
+// consecutive source rows k, k+1, 32 columns at a time (one vpermt2w per 16 pairs).
+// `load(k, v, mask)` gives the BF16 values of columns v .. v + 31 of source row k where `mask`
+// is set, zeros elsewhere.
+template <typename LoadColumns>
+void pack_cols_with(const LoadColumns& load, int rows, int tile, int64_t kc, uint32_t* out) {
   const __m512i first = interleave_first(), second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
   for (int64_t g = 0; g * 2 < kc; ++g) {
-    const bf16_t* even = src + (k0 + 2 * g) * ld + r0;
     const bool has_odd = 2 * g + 1 < kc;
     for (int v = 0; v < tile; v += 32) {
       const int left = std::clamp(rows - v, 0, 32);
       const __mmask32 m = left == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
-      const __m512i lo = _mm512_maskz_loadu_epi16(m, even + v);
-      const __m512i hi = has_odd ? _mm512_maskz_loadu_epi16(m, even + ld + v) : _mm512_setzero_si512();
+      const __m512i lo = load(2 * g, v, m);
+      const __m512i hi = has_odd ? load(2 * g + 1, v, m) : _mm512_setzero_si512();
       uint32_t* dst = out + g * tile + v;
       const __m512i w0 = _mm512_permutex2var_epi16(lo, first, hi);
       if (tile - v >= 16) {
@@ -143,6 +155,14 @@ void pack_bf16_cols(const bf16_t* src, int64_t ld, int64_t r0, int rows, int til
       if (tile - v > 16) _mm512_storeu_si512(dst + 16, _mm512_permutex2var_epi16(lo, second, hi));
     }
   }
+}
+
+// BF16 source with rows contiguous (element (r, k) at src[k * ld + r]).
+void pack_bf16_cols(const bf16_t* src, int64_t ld, int64_t r0, int rows, int tile, int64_t k0, int64_t kc,
+                    uint32_t* out) {
+  pack_cols_with(
+      [&](int64_t k, int v, __mmask32 m) { return _mm512_maskz_loadu_epi16(m, src + (k0 + k) * ld + r0 + v); }, rows,
+      tile, kc, out);
 }
 
 void pack_bf16_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
@@ -218,41 +238,33 @@ void pack_bf16_block(const GemmOperand& op, int64_t r0, int rows, int tile, int6
   }
 }
 
-// FP8 codes, decoded exactly to BF16 in a scratch block, then packed like a BF16 source; scales
-// [ceil(kc/128)][tile].
-//   [rows, K] (K contiguous): the panel's rows -> [tile][kc rounded up to 64], packed as rows.
-//   [K, rows] (a 128x128-block weight as stored, for dX = dY W): each k's codes of the panel's
-//     rows -> [kc][64], packed as a source with rows contiguous.
+// FP8 codes, decoded exactly to BF16 as they are loaded and packed like a BF16 source (no
+// scratch copy); scales [ceil(kc/128)][tile].
+//   [rows, K] (K contiguous): as pack_bf16_rows; an odd kc's last pair is (code, 0).
+//   [K, rows] (a 128x128-block weight as stored, for dX = dY W): as pack_bf16_cols.
+// Each load decodes 32 codes (the decoder's low half).
 void pack_fp8_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
                     float* scales) {
-  static_assert(kNr <= 64, "a k-major panel's codes are one 64-byte load per k");
-  thread_local AlignedBuffer<bf16_t> decoded;
-  const int64_t width = (kc + 63) / 64 * 64;
-  const int64_t needed = op.k_contiguous ? tile * width : kc * 64;
-  if (decoded.size() < static_cast<size_t>(needed)) decoded = AlignedBuffer<bf16_t>(static_cast<size_t>(needed));
   const avx512::E4m3Decoder decoder;
   const auto* codes = static_cast<const uint8_t*>(op.data);
-  __m512i lo, hi;
+  auto* out = static_cast<uint32_t*>(panel);
+  const auto decode32 = [&](const uint8_t* src, __mmask64 valid) {
+    __m512i lo, hi;
+    decoder.decode64(_mm512_maskz_loadu_epi8(valid, src), &lo, &hi);
+    return lo;
+  };
   if (op.k_contiguous) {
-    for (int r = 0; r < rows; ++r) {
-      const uint8_t* src = codes + (r0 + r) * op.ld + k0;
-      bf16_t* dst = decoded.data() + r * width;
-      for (int64_t k = 0; k < kc; k += 64) {
-        prefetch_next_panel(src + k, tile * op.ld);
-        decoder.decode64(_mm512_maskz_loadu_epi8(avx512::first_bytes_mask(kc - k), src + k), &lo, &hi);
-        _mm512_store_si512(dst + k, lo);
-        _mm512_store_si512(dst + k + 32, hi);
-      }
-    }
-    pack_bf16_rows(decoded.data(), width, 0, rows, tile, 0, kc, static_cast<uint32_t*>(panel));
+    const uint8_t* base = codes + r0 * op.ld + k0;
+    pack_rows_with(
+        [&](int row, int64_t g0, int) {
+          const uint8_t* line = base + row * op.ld + 2 * g0;
+          prefetch_next_panel(line, tile * op.ld);
+          return decode32(line, avx512::first_bytes_mask(std::min<int64_t>(32, kc - 2 * g0)));
+        },
+        rows, tile, (kc + 1) / 2, out);
   } else {
-    const __mmask64 valid = avx512::first_bytes_mask(rows);
-    for (int64_t k = 0; k < kc; ++k) {
-      decoder.decode64(_mm512_maskz_loadu_epi8(valid, codes + (k0 + k) * op.ld + r0), &lo, &hi);
-      _mm512_store_si512(decoded.data() + k * 64, lo);
-      _mm512_store_si512(decoded.data() + k * 64 + 32, hi);
-    }
-    pack_bf16_cols(decoded.data(), 64, 0, rows, tile, 0, kc, static_cast<uint32_t*>(panel));
+    pack_cols_with([&](int64_t k, int v, __mmask32 m) { return decode32(codes + (k0 + k) * op.ld + r0 + v, m); }, rows,
+                   tile, kc, out);
   }
   pack_fp8_scales(op, r0, rows, tile, k0, kc, scales);
 }

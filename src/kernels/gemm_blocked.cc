@@ -74,10 +74,22 @@ struct TaskRange {
   int64_t m0, m1, n0, n1;
 };
 
-// Runs the blocked loop nest on C[m0:m1, n0:n1] into `dst` (row stride ldd): C itself, or a
-// scratch product that the caller adds to C.
-// `round`: each tile of dst is rounded to BF16 values right after its last K block.
-void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, float* dst, int64_t ldd, bool round) {
+// Where a task's products go. Plain: into C, rounded to BF16 values after the last K block when
+// `round`. With `accumulate` (C = C + A B^T, the product formed on its own from zero as in the
+// scalar twin): each tile's product is finished in `dst` (row stride ldd), then added to C's tile
+// (row stride ldc) right away, while it is still in L1, and C's tile rounded when `round`. A
+// product of one K block needs no scratch at all: `dst` is null and each tile is finished in a
+// local buffer.
+struct TaskOutput {
+  float* c;  // C's element (m0, n0)
+  int64_t ldc;
+  float* dst;  // accumulate: the product's element (m0, n0), or null (one K block); else == c
+  int64_t ldd;
+  bool accumulate, round;
+};
+
+// Runs the blocked loop nest on C[m0:m1, n0:n1] (see TaskOutput).
+void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, const TaskOutput& out) {
   PackBuffers& buf = thread_pack_buffers();
   const int64_t kg = be.k_group;
   const int64_t groups_max = ceil_div(be.kc_block, kg);
@@ -104,8 +116,9 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
     const int64_t kc = std::min(be.kc_block, p.K - pc);
     const bool load_c = pc > 0, last = pc + kc == p.K;
     // The last K block of a rounded product rounds in the kernel where the back-end can.
-    const bool round_in_kernel = round && last && be.kernel_rounding != nullptr;
-    const bool round_after = round && last && !round_in_kernel;
+    const bool round_product = out.round && !out.accumulate && last;
+    const bool round_in_kernel = round_product && be.kernel_rounding != nullptr;
+    const bool round_after = round_product && !round_in_kernel;
     const MicroKernelFn kernel = round_in_kernel ? be.kernel_rounding : be.kernel;
     const int64_t nc = std::min(be.nc_block, r.n1 - jc);
     const int64_t b_panels = ceil_div(nc, be.nr);
@@ -126,20 +139,33 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, f
           const int64_t rows = std::min<int64_t>(be.mr, r.m1 - m);
           const std::byte* a_panel = a_pack + i * a_panel_bytes;
           const float* sa = a_scales ? a_scales + i * slices_max * be.mr : nullptr;
-          float* c = dst + (m - r.m0) * ldd + (n - r.n0);
-          if (rows == be.mr && cols == be.nr) {
-            kernel(kc, a_panel, b_panel, sa, sb, c, ldd, load_c);
-            if (round_after) round_rows(c, ldd, rows, cols);
-            continue;
+          float* c = out.c + (m - r.m0) * out.ldc + (n - r.n0);
+          // The tile's product: in place (plain), in the scratch, or in the local buffer (a
+          // one-K-block accumulate, or an edge tile: the kernel works on a full tile, and only the
+          // valid part is read and written).
+          float* d = out.dst ? out.dst + (m - r.m0) * out.ldd + (n - r.n0) : nullptr;
+          const bool full = rows == be.mr && cols == be.nr && d != nullptr;
+          if (full) {
+            kernel(kc, a_panel, b_panel, sa, sb, d, out.ldd, load_c);
+          } else {
+            if (load_c)
+              for (int64_t y = 0; y < rows; ++y)
+                std::copy(d + y * out.ldd, d + y * out.ldd + cols, edge_tile + y * be.nr);
+            kernel(kc, a_panel, b_panel, sa, sb, edge_tile, be.nr, load_c);
+            if (d != nullptr && !(out.accumulate && last))
+              for (int64_t y = 0; y < rows; ++y)
+                std::copy(edge_tile + y * be.nr, edge_tile + y * be.nr + cols, d + y * out.ldd);
           }
-          // Edge tile: the kernel works on a full tile in a buffer; only the valid part of C
-          // is read and written.
-          if (load_c)
-            for (int64_t y = 0; y < rows; ++y) std::copy(c + y * ldd, c + y * ldd + cols, edge_tile + y * be.nr);
-          kernel(kc, a_panel, b_panel, sa, sb, edge_tile, be.nr, load_c);
-          for (int64_t y = 0; y < rows; ++y)
-            std::copy(edge_tile + y * be.nr, edge_tile + y * be.nr + cols, c + y * ldd);
-          if (round_after) round_rows(c, ldd, rows, cols);
+          if (!last) continue;
+          const float* product = full ? d : edge_tile;
+          const int64_t ldp = full ? out.ldd : be.nr;
+          if (out.accumulate) {
+            for (int64_t y = 0; y < rows; ++y)
+              for (int64_t x = 0; x < cols; ++x) c[y * out.ldc + x] += product[y * ldp + x];
+            if (out.round) round_rows(c, out.ldc, rows, cols);
+          } else if (round_after) {
+            round_rows(c, out.ldc, rows, cols);
+          }
         }
       }
     }
@@ -184,26 +210,21 @@ void gemm_blocked(const GemmProblem& p, const GemmBackend& be, int threads) {
   const int parts = std::min(pool.size(), threads <= 0 ? hardware_threads() : threads);
   const std::vector<TaskRange> tasks = split_tasks(p, be, parts);
 
-  // With `accumulate`, C = C + (A B^T) as in the scalar twin: the product is formed on its own
-  // (starting from zero) and added at the end.
-  // The scratch is kept for the next call of the caller's thread (wgrad accumulates every step).
+  // With `accumulate`, a product of more than one K block is formed in a scratch (starting from
+  // zero) and each tile added to C after its last K block (TaskOutput). The scratch is kept for
+  // the next call of the caller's thread (wgrad accumulates every step).
   thread_local AlignedBuffer<float> product;
-  float* dst = p.c;
-  int64_t ldd = p.ldc;
-  if (p.accumulate) {
-    dst = reserve(product, static_cast<size_t>(p.M * p.N));
-    ldd = p.N;
-  }
+  float* scratch = nullptr;
+  if (p.accumulate && p.K > be.kc_block) scratch = reserve(product, static_cast<size_t>(p.M * p.N));
   pool.parallel_for(
       static_cast<int64_t>(tasks.size()),
       [&](int64_t t) {
         const TaskRange& r = tasks[static_cast<size_t>(t)];
-        run_task(p, be, r, dst + r.m0 * ldd + r.n0, ldd, p.round_output_bf16 && !p.accumulate);
-        if (p.accumulate) {
-          for (int64_t m = r.m0; m < r.m1; ++m)
-            for (int64_t n = r.n0; n < r.n1; ++n) p.c[m * p.ldc + n] += dst[m * ldd + n];
-          if (p.round_output_bf16) round_rows(p.c + r.m0 * p.ldc + r.n0, p.ldc, r.m1 - r.m0, r.n1 - r.n0);
-        }
+        float* c = p.c + r.m0 * p.ldc + r.n0;
+        const TaskOutput out = p.accumulate ? TaskOutput{c,   p.ldc, scratch ? scratch + r.m0 * p.N + r.n0 : nullptr,
+                                                         p.N, true,  p.round_output_bf16}
+                                            : TaskOutput{c, p.ldc, c, p.ldc, false, p.round_output_bf16};
+        run_task(p, be, r, out);
       },
       parts);
 }

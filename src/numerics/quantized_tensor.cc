@@ -5,9 +5,6 @@
 #include "core/check.h"
 
 namespace fp8rl {
-namespace {
-int64_t blocks_of(int64_t n) { return (n + kQuantBlock - 1) / kQuantBlock; }
-}  // namespace
 
 const char* scaling_mode_name(ScalingMode mode) {
   switch (mode) {
@@ -19,17 +16,6 @@ const char* scaling_mode_name(ScalingMode mode) {
   return "unknown";
 }
 
-ScaleShape scale_shape(ScalingMode mode, int64_t rows, int64_t cols) {
-  switch (mode) {
-    case ScalingMode::kPerTensor: return {1, 1};
-    case ScalingMode::kRows1x128: return {rows, blocks_of(cols)};
-    case ScalingMode::kCols128x1: return {blocks_of(rows), cols};
-    case ScalingMode::kBlocks128x128: return {blocks_of(rows), blocks_of(cols)};
-  }
-  FP8RL_CHECK(false, "unsupported scaling mode {}", static_cast<int>(mode));
-  return {};
-}
-
 ScalingMode columnwise_mode(ScalingMode mode) {
   return mode == ScalingMode::kCols128x1 ? ScalingMode::kRows1x128 : mode;
 }
@@ -37,6 +23,7 @@ ScalingMode columnwise_mode(ScalingMode mode) {
 QuantizedMatrix::QuantizedMatrix(ScalingMode mode_, int64_t rows_, int64_t cols_)
     : mode(mode_), rows(rows_), cols(cols_) {
   FP8RL_CHECK(rows_ >= 0 && cols_ >= 0, "negative shape [{}, {}]", rows_, cols_);
+  FP8RL_CHECK(mode_ <= ScalingMode::kBlocks128x128, "unsupported scaling mode {}", static_cast<int>(mode_));
   codes = AlignedBuffer<uint8_t>(static_cast<size_t>(rows_ * cols_));
   scale_inv = AlignedBuffer<float>(static_cast<size_t>(scale_shape(mode_, rows_, cols_).numel()));
 }
@@ -47,18 +34,6 @@ void QuantizedMatrix::reshape(int64_t rows_, int64_t cols_) {
   cols = cols_;
   codes.resize(static_cast<size_t>(rows_ * cols_));
   scale_inv.resize(static_cast<size_t>(scale_shape(mode, rows_, cols_).numel()));
-}
-
-float QuantizedMatrix::scale_at(int64_t r, int64_t c) const {
-  const ScaleShape s = scales();
-  switch (mode) {
-    case ScalingMode::kPerTensor: return scale_inv[0];
-    case ScalingMode::kRows1x128: return scale_inv[static_cast<size_t>(r * s.cols + c / kQuantBlock)];
-    case ScalingMode::kCols128x1: return scale_inv[static_cast<size_t>((r / kQuantBlock) * s.cols + c)];
-    case ScalingMode::kBlocks128x128:
-      return scale_inv[static_cast<size_t>((r / kQuantBlock) * s.cols + c / kQuantBlock)];
-  }
-  return 0.0f;
 }
 
 QuantizedMatrix QuantizedMatrix::clone() const {

@@ -44,7 +44,16 @@ struct ScaleShape {
   int64_t cols = 0;
   int64_t numel() const { return rows * cols; }
 };
-ScaleShape scale_shape(ScalingMode mode, int64_t rows, int64_t cols);
+inline ScaleShape scale_shape(ScalingMode mode, int64_t rows, int64_t cols) {
+  const auto blocks = [](int64_t n) { return (n + kQuantBlock - 1) / kQuantBlock; };
+  switch (mode) {
+    case ScalingMode::kPerTensor: return {1, 1};
+    case ScalingMode::kRows1x128: return {rows, blocks(cols)};
+    case ScalingMode::kCols128x1: return {blocks(rows), cols};
+    case ScalingMode::kBlocks128x128: return {blocks(rows), blocks(cols)};
+  }
+  return {};  // not a mode: no scales (QuantizedTensor's constructor refuses such a mode)
+}
 
 // The mode of the column-wise (transposed) copy for a source quantized in `mode`.
 ScalingMode columnwise_mode(ScalingMode mode);
@@ -63,8 +72,19 @@ struct QuantizedMatrix {
   // then unspecified: a quantizer overwrites all of them).
   void reshape(int64_t rows, int64_t cols);
   ScaleShape scales() const { return scale_shape(mode, rows, cols); }
-  // Dequantization scale that applies to element (r, c).
-  float scale_at(int64_t r, int64_t c) const;
+  // Dequantization scale that applies to element (r, c) (inline: the GEMM packers read one per
+  // row and 128-slice).
+  float scale_at(int64_t r, int64_t c) const {
+    const int64_t scale_cols = scales().cols;
+    switch (mode) {
+      case ScalingMode::kPerTensor: return scale_inv[0];
+      case ScalingMode::kRows1x128: return scale_inv[static_cast<size_t>(r * scale_cols + c / kQuantBlock)];
+      case ScalingMode::kCols128x1: return scale_inv[static_cast<size_t>((r / kQuantBlock) * scale_cols + c)];
+      case ScalingMode::kBlocks128x128:
+        return scale_inv[static_cast<size_t>((r / kQuantBlock) * scale_cols + c / kQuantBlock)];
+    }
+    return 0.0f;
+  }
   QuantizedMatrix clone() const;
   std::string str() const;  // "kRows1x128 [65, 96] scales [65, 1]"
 };

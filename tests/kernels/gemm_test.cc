@@ -18,6 +18,7 @@
 #include "kernels/gemm_blocked.h"
 #include "kernels/reference/gemm_reference.h"
 #include "numerics/bf16.h"
+#include "numerics/codec.h"
 #include "numerics/e4m3.h"
 #include "numerics/quantize.h"
 #include "tests/kernels/product_check.h"
@@ -460,9 +461,10 @@ TEST(Gemm, RowsDoNotDependOnTheOtherRows) {
 }
 
 // Each element's sum runs over K in index order whatever the K block: the accumulators continue
-// through C, which holds FP32 exactly. So every back-end gives the same bits with its own kc_block
-// and with 384 (block edges elsewhere, so a kernel that dropped C would differ), rounded output and
-// accumulate included.
+// through C, which holds FP32 exactly. So every back-end gives the same bits with its own kc_block,
+// with 384 (block edges elsewhere, so a kernel that dropped C would differ) and with 2304 (all of
+// K in one block: an accumulating product then needs no scratch), rounded output and accumulate
+// included.
 TEST(Gemm, TheKBlockSizeDoesNotChangeTheBits) {
   const Shape3 s{20, 100, 2300};
   const auto [a, b, ah, bh, A, B] = typed_operands(s, 31);
@@ -474,31 +476,32 @@ TEST(Gemm, TheKBlockSizeDoesNotChangeTheBits) {
   if (cpu_features().has_amx_kernels()) backends.push_back({"amx", gemm_detail::gemm_backend_amx});
   for (const auto& [name, backend_of] : backends)
     for (DType type : {DType::kBF16, DType::kE4M3})
-      for (bool accumulate : {false, true}) {
-        const gemm_detail::GemmBackend& own = backend_of(type);
-        gemm_detail::GemmBackend other = own;
-        other.kc_block = 384;
-        gemm_detail::GemmProblem p;
-        p.M = s.M, p.N = s.N, p.K = s.K;
-        if (type == DType::kBF16) {
-          p.a = {type, ah.data(), s.K, true, nullptr};
-          p.b = {type, bh.data(), s.K, true, nullptr};
-        } else {
-          p.a = {type, A.codes.data(), s.K, true, &A};
-          p.b = {type, B.codes.data(), s.K, true, &B};
+      for (bool accumulate : {false, true})
+        for (int64_t kc : {384, 2304}) {
+          const gemm_detail::GemmBackend& own = backend_of(type);
+          gemm_detail::GemmBackend other = own;
+          other.kc_block = kc;
+          gemm_detail::GemmProblem p;
+          p.M = s.M, p.N = s.N, p.K = s.K;
+          if (type == DType::kBF16) {
+            p.a = {type, ah.data(), s.K, true, nullptr};
+            p.b = {type, bh.data(), s.K, true, nullptr};
+          } else {
+            p.a = {type, A.codes.data(), s.K, true, &A};
+            p.b = {type, B.codes.data(), s.K, true, &B};
+          }
+          p.ldc = s.N;
+          p.accumulate = accumulate;
+          p.round_output_bf16 = true;
+          std::vector<float> c_own = start, c_other = start;
+          p.c = c_own.data();
+          gemm_detail::gemm_blocked(p, own, 1);
+          p.c = c_other.data();
+          gemm_detail::gemm_blocked(p, other, 1);
+          EXPECT_EQ(0, std::memcmp(c_own.data(), c_other.data(), c_own.size() * 4))
+              << name << " " << dtype_name(type) << " kc " << own.kc_block << " vs " << other.kc_block
+              << (accumulate ? " accumulate" : "");
         }
-        p.ldc = s.N;
-        p.accumulate = accumulate;
-        p.round_output_bf16 = true;
-        std::vector<float> c_own = start, c_other = start;
-        p.c = c_own.data();
-        gemm_detail::gemm_blocked(p, own, 1);
-        p.c = c_other.data();
-        gemm_detail::gemm_blocked(p, other, 1);
-        EXPECT_EQ(0, std::memcmp(c_own.data(), c_other.data(), c_own.size() * 4))
-            << name << " " << dtype_name(type) << " kc " << own.kc_block << " vs " << other.kc_block
-            << (accumulate ? " accumulate" : "");
-      }
 }
 
 // A public call of each operand type (every form goes through the same metered path) adds its
@@ -554,6 +557,49 @@ TEST(Gemm, Avx512BlockPackingGivesThePanelPackersBytes) {
           EXPECT_EQ(got, want) << (k_contiguous ? "K contiguous" : "rows contiguous") << ", tile " << tile << ", rows "
                                << r.first << "+" << r.count << ", k " << k.first << "+" << k.count;
         }
+}
+
+// The AVX-512 FP8 packer, which decodes codes as it packs them, writes the bytes of the BF16 panel
+// packer on the codes decoded beforehand (e4m3_decode_bf16, the codec every path agrees with),
+// and the scales of pack_fp8_scales: every code (NaN and both zeros included), both layouts, the
+// A and B tiles, odd K, K offsets and rows that end inside a panel.
+TEST(Gemm, Avx512Fp8PackingGivesTheDecodedCodesBf16Bytes) {
+  if (!cpu_features().has_avx512_kernels()) GTEST_SKIP() << "the AVX-512 back-end needs AVX-512 BF16";
+  const gemm_detail::GemmBackend& fp8 = gemm_detail::gemm_backend_avx512(DType::kE4M3);
+  const gemm_detail::GemmBackend& bf16 = gemm_detail::gemm_backend_avx512(DType::kBF16);
+  const int64_t R = 203, K = 517;
+  struct Range {
+    int64_t first, count;
+  };
+  for (bool k_contiguous : {true, false}) {
+    // [R, K] 1x128 (an activation) or [K, R] 128x128 (a weight as stored, read as dX = dY W reads it).
+    const int64_t rows = k_contiguous ? R : K, cols = k_contiguous ? K : R;
+    QuantizedMatrix q =
+        quantize(TensorView::contiguous(random_values(rows * cols, 10).data(), DType::kF32, Shape{rows, cols}),
+                 k_contiguous ? ScalingMode::kRows1x128 : ScalingMode::kBlocks128x128, ScaleFormat::kFp32)
+            .rowwise.clone();
+    for (size_t i = 0; i < q.codes.size(); ++i) q.codes[i] = static_cast<uint8_t>(i * 7);  // every code
+    std::vector<bf16_t> decoded(q.codes.size());
+    e4m3_decode_bf16(q.codes.data(), decoded.data(), static_cast<int64_t>(q.codes.size()), Isa::kPortable);
+    const gemm_detail::GemmOperand op{DType::kE4M3, q.codes.data(), cols, k_contiguous, &q};
+    const gemm_detail::GemmOperand op_bf16{DType::kBF16, decoded.data(), cols, k_contiguous, nullptr};
+    for (int tile : {fp8.mr, fp8.nr})
+      for (Range r : {Range{0, 1}, Range{5, 8}, Range{3, 37}, Range{11, 48}})
+        for (Range k : {Range{0, 256}, Range{256, 256}, Range{3, 1}, Range{1, 255}, Range{261, 256}}) {
+          const int rn = static_cast<int>(std::min<int64_t>(tile, r.count));
+          std::vector<uint32_t> want(static_cast<size_t>(fp8.kc_block / 2 * tile), 0xDEADBEEF), got = want;
+          std::vector<float> scales(static_cast<size_t>(fp8.kc_block / 128 * tile), -1.0f), want_scales = scales;
+          bf16.pack_a(op_bf16, r.first, rn, tile, k.first, k.count, want.data(), nullptr);
+          gemm_detail::pack_fp8_scales(op, r.first, rn, tile, k.first, k.count, want_scales.data());
+          fp8.pack_a(op, r.first, rn, tile, k.first, k.count, got.data(), scales.data());
+          const std::string what = std::string(k_contiguous ? "K contiguous" : "rows contiguous") + ", tile " +
+                                   std::to_string(tile) + ", rows " + std::to_string(r.first) + "+" +
+                                   std::to_string(rn) + ", k " + std::to_string(k.first) + "+" +
+                                   std::to_string(k.count);
+          EXPECT_EQ(got, want) << what;
+          EXPECT_EQ(scales, want_scales) << what;
+        }
+  }
 }
 
 }  // namespace
