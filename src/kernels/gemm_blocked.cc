@@ -221,9 +221,12 @@ void gemm_blocked(const GemmProblem& p, const GemmBackend& be, int threads) {
       [&](int64_t t) {
         const TaskRange& r = tasks[static_cast<size_t>(t)];
         float* c = p.c + r.m0 * p.ldc + r.n0;
-        const TaskOutput out = p.accumulate ? TaskOutput{c,   p.ldc, scratch ? scratch + r.m0 * p.N + r.n0 : nullptr,
-                                                         p.N, true,  p.round_output_bf16}
-                                            : TaskOutput{c, p.ldc, c, p.ldc, false, p.round_output_bf16};
+        TaskOutput out{c, p.ldc, c, p.ldc, /*accumulate=*/false, p.round_output_bf16};
+        if (p.accumulate) {
+          out.dst = scratch ? scratch + r.m0 * p.N + r.n0 : nullptr;
+          out.ldd = p.N;
+          out.accumulate = true;
+        }
         run_task(p, be, r, out);
       },
       parts);

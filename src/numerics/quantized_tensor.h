@@ -52,7 +52,7 @@ inline ScaleShape scale_shape(ScalingMode mode, int64_t rows, int64_t cols) {
     case ScalingMode::kCols128x1: return {blocks(rows), cols};
     case ScalingMode::kBlocks128x128: return {blocks(rows), blocks(cols)};
   }
-  return {};  // not a mode: no scales (QuantizedTensor's constructor refuses such a mode)
+  return {};  // not a mode: no scales (QuantizedMatrix's constructor refuses one)
 }
 
 // The mode of the column-wise (transposed) copy for a source quantized in `mode`.
