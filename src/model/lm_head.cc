@@ -97,25 +97,67 @@ void lm_head_logprobs_backward(const Linear& head, const float* x, int64_t N, co
   check_head(head);
   const int64_t V = head.out_features(), C = head.in_features();
   const bool bf16 = head.precision() == Precision::kBF16;
+  check_token_ids(targets, N, V);
+  // The rows with a gradient (a target and dlogprob != 0), in order: every other row's dlogits
+  // are zero, so its dx is zero (or dx as it was) and it adds nothing to dW.
+  int32_t* rows = sized(s.rows, N);
+  int64_t R = 0;
+  for (int64_t n = 0; n < N; ++n)
+    if (targets[n] >= 0 && dlogprob[n] != 0.0f) rows[R++] = static_cast<int32_t>(n);
+  if (R == 0) {
+    if (!accumulate_dx) std::fill(dx, dx + N * C, 0.0f);
+    if (!accumulate_dw) std::fill(dw, dw + V * C, 0.0f);
+    return;
+  }
+  // Those rows' inputs: all of them as they are, or gathered copies (x, dx, and the per-row
+  // arrays) that the slices below work on, with dx scattered back at the end.
+  const bool all = R == N;
+  const float* xr = x;
+  const int32_t* tr = targets;
+  const float *lr = lse, *dr = dlogprob;
+  float* dxr = dx;
+  if (!all) {
+    int32_t* t = sized(s.row_targets, R);
+    float* l = sized(s.row_lse, R);
+    float* d = sized(s.row_dlogprob, R);
+    float* xg = sized(s.x_rows, R * C);
+    dxr = sized(s.dx_rows, R * C);
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t n = rows[r];
+      t[r] = targets[n], l[r] = lse[n], d[r] = dlogprob[n];
+      std::copy_n(x + n * C, C, xg + r * C);
+      if (accumulate_dx) std::copy_n(dx + n * C, C, dxr + r * C);
+    }
+    xr = xg, tr = t, lr = l, dr = d;
+  }
   const int64_t width_max = std::min(kHeadSliceColumns, V);
-  float* dl = sized(s.logits, N * width_max);
-  bf16_t* xb = bf16 ? sized(s.x_bf16, N * C) : nullptr;
-  bf16_t* dlb = bf16 ? sized(s.dlogits, N * width_max) : nullptr;
-  if (bf16) bf16_encode_f32(x, xb, N * C);
+  float* dl = sized(s.logits, R * width_max);
+  bf16_t* xb = bf16 ? sized(s.x_bf16, R * C) : nullptr;
+  bf16_t* dlb = bf16 ? sized(s.dlogits, R * width_max) : nullptr;
+  if (bf16) bf16_encode_f32(xr, xb, R * C);
   for (int64_t v0 = 0; v0 < V; v0 += kHeadSliceColumns) {
     const int64_t width = std::min(kHeadSliceColumns, V - v0);
     const bf16_t* w = bf16 ? head.bf16_rows(v0, width, s.w_bf16) : nullptr;
-    head_product(head, x, xb, w, N, v0, width, dl, width);
-    token_logprobs_backward(dl, dl, width, v0, width, lse, dlogprob, targets, N);
+    head_product(head, xr, xb, w, R, v0, width, dl, width);
+    token_logprobs_backward(dl, dl, width, v0, width, lr, dr, tr, R);
     const bool acc = accumulate_dx || v0 > 0;
     if (bf16) {
-      bf16_encode_f32(dl, dlb, N * width);
-      gemm_nn_bf16(N, C, width, dlb, width, w, C, dx, C, acc);
-      gemm_tn_bf16(width, C, N, dlb, width, xb, C, dw + v0 * C, C, accumulate_dw);
+      bf16_encode_f32(dl, dlb, R * width);
+      gemm_nn_bf16(R, C, width, dlb, width, w, C, dxr, C, acc);
+      gemm_tn_bf16(width, C, R, dlb, width, xb, C, dw + v0 * C, C, accumulate_dw);
     } else {
       const float* w = head.f32_weights() + v0 * C;
-      gemm_nn_f32(N, C, width, dl, width, w, C, dx, C, acc);
-      gemm_tn_f32(width, C, N, dl, width, x, C, dw + v0 * C, C, accumulate_dw);
+      gemm_nn_f32(R, C, width, dl, width, w, C, dxr, C, acc);
+      gemm_tn_f32(width, C, R, dl, width, xr, C, dw + v0 * C, C, accumulate_dw);
+    }
+  }
+  if (all) return;
+  for (int64_t n = 0, r = 0; n < N; ++n) {
+    if (r < R && rows[r] == n) {
+      std::copy_n(dxr + r * C, C, dx + n * C);
+      ++r;
+    } else if (!accumulate_dx) {
+      std::fill(dx + n * C, dx + (n + 1) * C, 0.0f);
     }
   }
 }

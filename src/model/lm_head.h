@@ -17,12 +17,16 @@
 // kept, with 8 bytes per row and block of statistics; each block's weights are packed once for
 // all rows.
 //
-// Backward: the vocabulary in slices of kHeadSliceColumns (a constant: the order of the dx sum
-// depends on it and on nothing else). For each slice in order: its logits [N, slice] are computed
-// again (the same bits as in the forward: a GEMM element depends on K only), turned into dlogits
-// in place, rounded to BF16 as Linear::backward rounds dY (BF16 head), then
+// Backward: only the R rows with a gradient (a target and dlogprob != 0) take part; every other
+// row's dlogits are zero, so its dx is 0 (or left as it was, accumulating) and it adds nothing to
+// dW. Prompt and padding positions, and sequences whose advantage and KL term are both zero, cost
+// nothing. The vocabulary goes in slices of kHeadSliceColumns (a constant: the order of the dx
+// sum depends on it and on nothing else). For each slice in order: its logits [R, slice] are
+// computed again (the same bits as in the forward: a GEMM element depends on K only), turned into
+// dlogits in place, rounded to BF16 as Linear::backward rounds dY (BF16 head), then
 //   dx        (+)= dlogits W[slice]        the slices summed in slice order
-//   dW[slice] (+)= dlogits^T x             one GEMM over all N rows, as the unsliced head's
+//   dW[slice] (+)= dlogits^T x             one GEMM over the R rows in order, as the unsliced
+//                                          head's over those rows
 // Recomputing the logits costs one more x W^T (a third more head FLOPs) and saves N x V floats.
 #pragma once
 
@@ -41,8 +45,12 @@ struct LmHeadScratch {
   AlignedBuffer<bf16_t> x_bf16;       // [N, C]
   AlignedBuffer<float> logits;        // [N, slice] or [N, block]
   AlignedBuffer<bf16_t> dlogits;      // [N, slice] BF16
-  AlignedBuffer<int32_t> rows;        // forward: the rows with a target
-  AlignedBuffer<float> x_rows;        // forward, FP32 head: those rows of x [R, C], where some have none
+  AlignedBuffer<int32_t> rows;        // the rows with a target (forward) or a gradient (backward)
+  AlignedBuffer<float> x_rows;        // those rows of x [R, C] (forward: FP32 head), where some have none
+  AlignedBuffer<float> dx_rows;       // backward: their dx [R, C]
+  AlignedBuffer<int32_t> row_targets;  // backward: their targets, lse and dlogprob [R]
+  AlignedBuffer<float> row_lse;
+  AlignedBuffer<float> row_dlogprob;
   AlignedBuffer<float> block_max;     // forward: [R, blocks] lse statistics
   AlignedBuffer<float> block_sum;     // [R, blocks]
   AlignedBuffer<float> target_logit;  // [R]

@@ -1,5 +1,5 @@
 // The chunked LM head (model/lm_head.h): its log-probs are the unchunked head's bit for bit, dW is
-// the unsliced GEMM's bit for bit, and dx (summed over vocabulary slices) matches the exact
+// the unsliced GEMM's over the rows with a gradient bit for bit, and dx (summed over vocabulary slices) matches the exact
 // gradient within a derived tolerance; BF16 and FP32 heads, a real vocabulary size.
 #include "model/lm_head.h"
 
@@ -59,16 +59,24 @@ TEST_P(LmHead, ChunksGiveTheUnchunkedBits) {
                             dw_written.data(), /*accumulate_dw=*/false, scratch);
   EXPECT_EQ(std::memcmp(dw_written.data(), dw.data(), 4 * V * C), 0);
   EXPECT_EQ(std::memcmp(dx_again.data(), dx.data(), 4 * N * C), 0);
-  // dW: the unsliced wgrad GEMM over all rows, as Linear::backward runs it.
+  // dW: the unsliced wgrad GEMM, as Linear::backward runs it, over the rows with a target (the
+  // others' dlogits are zero and take no part).
   std::vector<float> dl(static_cast<size_t>(N * V)), dw_full(static_cast<size_t>(V * C), 0.0f);
   token_logprobs_backward(dl.data(), logits.data(), V, 0, V, lse.data(), dlp.data(), targets.data(), N);
+  std::vector<float> dl_rows, x_rows;
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[static_cast<size_t>(n)] < 0) continue;
+    dl_rows.insert(dl_rows.end(), dl.begin() + n * V, dl.begin() + (n + 1) * V);
+    x_rows.insert(x_rows.end(), x.begin() + n * C, x.begin() + (n + 1) * C);
+  }
+  const int64_t R = static_cast<int64_t>(x_rows.size()) / C;
   if (precision == Precision::kBF16) {
-    std::vector<bf16_t> dlb(dl.size()), xb(x.size());
-    bf16_encode_f32(dl.data(), dlb.data(), N * V);
-    bf16_encode_f32(x.data(), xb.data(), N * C);
-    gemm_tn_bf16(V, C, N, dlb.data(), V, xb.data(), C, dw_full.data(), C, true);
+    std::vector<bf16_t> dlb(dl_rows.size()), xb(x_rows.size());
+    bf16_encode_f32(dl_rows.data(), dlb.data(), R * V);
+    bf16_encode_f32(x_rows.data(), xb.data(), R * C);
+    gemm_tn_bf16(V, C, R, dlb.data(), V, xb.data(), C, dw_full.data(), C, true);
   } else {
-    gemm_tn_f32(V, C, N, dl.data(), V, x.data(), C, dw_full.data(), C, true);
+    gemm_tn_f32(V, C, R, dl_rows.data(), V, x_rows.data(), C, dw_full.data(), C, true);
   }
   EXPECT_EQ(std::memcmp(dw.data(), dw_full.data(), 4 * V * C), 0);
   // dx against the exact product sum_v dlogits[n, v] W[v, c] in double (of the BF16-rounded
@@ -88,6 +96,84 @@ TEST_P(LmHead, ChunksGiveTheUnchunkedBits) {
       }
       ASSERT_NEAR(dx[static_cast<size_t>(n * C + c)], want, 1e-4 * mag + 1e-12) << "row " << n << " column " << c;
     }
+}
+
+// Rows without a gradient (no target, or dlogprob 0 as in a group whose advantages are all zero)
+// take no part in the backward: the others' dx and dW are those of a batch of just those rows, bit
+// for bit, theirs is 0 (or dx as it was, accumulating), and a batch without any gradient writes
+// zeros or leaves dx and dW alone.
+TEST_P(LmHead, RowsWithoutAGradientTakeNoPart) {
+  const Precision precision = GetParam();
+  const int64_t V = 5000, C = 64, N = 40;  // two full 2,048-column slices and a partial one
+  std::vector<float> w(static_cast<size_t>(V * C)), x(static_cast<size_t>(N * C)), dlp(static_cast<size_t>(N));
+  fill_normal(w.data(), V * C, 0.0f, 0.5f, 7, 0);
+  fill_normal(x.data(), N * C, 0.0f, 1.0f, 7, 1);
+  fill_normal(dlp.data(), N, 0.0f, 1.0f, 7, 2);
+  for (float& e : x) e = bf16_to_f32(f32_to_bf16(e));
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    targets[static_cast<size_t>(n)] = n < 6 || n % 9 == 4 ? -1 : static_cast<int32_t>((n * 997) % V);
+    if (n % 5 == 2) dlp[static_cast<size_t>(n)] = n % 2 ? 0.0f : -0.0f;
+  }
+  Linear head("lm_head.weight", V, C, precision, ScaleFormat::kFp32, ScaleFormat::kFp32, false);
+  head.refresh_weights(w.data());
+  LmHeadScratch scratch;
+  std::vector<float> lp(static_cast<size_t>(N)), lse(static_cast<size_t>(N));
+  lm_head_logprobs_forward(head, x.data(), N, targets.data(), lp.data(), lse.data(), scratch);
+  std::vector<float> dx_in(static_cast<size_t>(N * C)), dw_in(static_cast<size_t>(V * C));
+  fill_normal(dx_in.data(), N * C, 0.0f, 1.0f, 7, 3);
+  fill_normal(dw_in.data(), V * C, 0.0f, 1.0f, 7, 4);
+
+  // The rows with a gradient as a batch of their own.
+  std::vector<int64_t> rows;
+  std::vector<float> x_r, dx_r, lse_r, dlp_r;
+  std::vector<int32_t> t_r;
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[static_cast<size_t>(n)] < 0 || dlp[static_cast<size_t>(n)] == 0.0f) continue;
+    rows.push_back(n);
+    x_r.insert(x_r.end(), x.begin() + n * C, x.begin() + (n + 1) * C);
+    dx_r.insert(dx_r.end(), dx_in.begin() + n * C, dx_in.begin() + (n + 1) * C);
+    t_r.push_back(targets[static_cast<size_t>(n)]);
+    lse_r.push_back(lse[static_cast<size_t>(n)]);
+    dlp_r.push_back(dlp[static_cast<size_t>(n)]);
+  }
+  const int64_t R = static_cast<int64_t>(rows.size());
+  ASSERT_GT(R, 0);
+  ASSERT_LT(R, N - 10);
+  for (const bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulating" : "writing");
+    std::vector<float> dx = accumulate ? dx_in : std::vector<float>(dx_in.size(), std::nanf(""));
+    std::vector<float> dw = accumulate ? dw_in : std::vector<float>(dw_in.size(), std::nanf(""));
+    lm_head_logprobs_backward(head, x.data(), N, targets.data(), lse.data(), dlp.data(), dx.data(), accumulate,
+                              dw.data(), accumulate, scratch);
+    std::vector<float> dx_alone = accumulate ? dx_r : std::vector<float>(dx_r.size());
+    std::vector<float> dw_alone = accumulate ? dw_in : std::vector<float>(dw_in.size());
+    lm_head_logprobs_backward(head, x_r.data(), R, t_r.data(), lse_r.data(), dlp_r.data(), dx_alone.data(), accumulate,
+                              dw_alone.data(), accumulate, scratch);
+    EXPECT_EQ(std::memcmp(dw.data(), dw_alone.data(), 4 * V * C), 0);
+    for (int64_t n = 0, r = 0; n < N; ++n) {
+      const bool has = r < R && rows[static_cast<size_t>(r)] == n;
+      const float* want = has ? dx_alone.data() + r++ * C : accumulate ? dx_in.data() + n * C : nullptr;
+      for (int64_t c = 0; c < C; ++c) {
+        const float got = dx[static_cast<size_t>(n * C + c)], expected = want ? want[c] : 0.0f;
+        ASSERT_EQ(std::memcmp(&got, &expected, 4), 0)
+            << "row " << n << " column " << c << ": " << got << " vs " << expected;
+      }
+    }
+    // No row with a gradient: zeros written, or dx and dW as they were.
+    const std::vector<float> none(static_cast<size_t>(N), 0.0f);
+    lm_head_logprobs_backward(head, x.data(), N, targets.data(), lse.data(), none.data(), dx.data(), accumulate,
+                              dw.data(), accumulate, scratch);
+    const std::vector<float> dx_before = dx, dw_before = dw;
+    if (!accumulate) {
+      EXPECT_EQ(dx, std::vector<float>(dx.size(), 0.0f));
+      EXPECT_EQ(dw, std::vector<float>(dw.size(), 0.0f));
+    }
+    lm_head_logprobs_backward(head, x.data(), N, targets.data(), lse.data(), none.data(), dx.data(), true, dw.data(),
+                              true, scratch);
+    EXPECT_EQ(std::memcmp(dx.data(), dx_before.data(), 4 * N * C), 0);
+    EXPECT_EQ(std::memcmp(dw.data(), dw_before.data(), 4 * V * C), 0);
+  }
 }
 
 // The trainer's head keeps no BF16 copy (Linear::drop_bf16_copy): the rows it encodes from the
