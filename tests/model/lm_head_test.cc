@@ -1,6 +1,7 @@
 // The chunked LM head (model/lm_head.h): its log-probs are the unchunked head's bit for bit, dW is
-// the unsliced GEMM's over the rows with a gradient bit for bit, and dx (summed over vocabulary slices) matches the exact
-// gradient within a derived tolerance; BF16 and FP32 heads, a real vocabulary size.
+// the unsliced GEMM's over the rows with a gradient bit for bit, and dx (summed over vocabulary
+// slices) matches the exact gradient within a derived tolerance; BF16 and FP32 heads, a real
+// vocabulary size.
 #include "model/lm_head.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,21 @@ namespace fp8rl {
 namespace {
 
 class LmHead : public ::testing::TestWithParam<Precision> {};
+
+// Random head weights [V, C], inputs [N, C] rounded to BF16 (as the final norm's output is) and
+// dlogprob [N], drawn from `seed`.
+struct HeadInputs {
+  std::vector<float> w, x, dlp;
+};
+HeadInputs random_head_inputs(int64_t V, int64_t C, int64_t N, uint64_t seed) {
+  HeadInputs in{std::vector<float>(static_cast<size_t>(V * C)), std::vector<float>(static_cast<size_t>(N * C)),
+                std::vector<float>(static_cast<size_t>(N))};
+  fill_normal(in.w.data(), V * C, 0.0f, 0.5f, seed, 0);
+  fill_normal(in.x.data(), N * C, 0.0f, 1.0f, seed, 1);
+  fill_normal(in.dlp.data(), N, 0.0f, 1.0f, seed, 2);
+  for (float& e : in.x) e = bf16_to_f32(f32_to_bf16(e));
+  return in;
+}
 
 TEST_P(LmHead, ChunksGiveTheUnchunkedBits) {
   const Precision precision = GetParam();
@@ -105,11 +121,10 @@ TEST_P(LmHead, ChunksGiveTheUnchunkedBits) {
 TEST_P(LmHead, RowsWithoutAGradientTakeNoPart) {
   const Precision precision = GetParam();
   const int64_t V = 5000, C = 64, N = 40;  // two full 2,048-column slices and a partial one
-  std::vector<float> w(static_cast<size_t>(V * C)), x(static_cast<size_t>(N * C)), dlp(static_cast<size_t>(N));
-  fill_normal(w.data(), V * C, 0.0f, 0.5f, 7, 0);
-  fill_normal(x.data(), N * C, 0.0f, 1.0f, 7, 1);
-  fill_normal(dlp.data(), N, 0.0f, 1.0f, 7, 2);
-  for (float& e : x) e = bf16_to_f32(f32_to_bf16(e));
+  HeadInputs in = random_head_inputs(V, C, N, 7);
+  const std::vector<float>& w = in.w;
+  const std::vector<float>& x = in.x;
+  std::vector<float>& dlp = in.dlp;
   std::vector<int32_t> targets(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) {
     targets[static_cast<size_t>(n)] = n < 6 || n % 9 == 4 ? -1 : static_cast<int32_t>((n * 997) % V);
@@ -180,11 +195,10 @@ TEST_P(LmHead, RowsWithoutAGradientTakeNoPart) {
 // master block by block give the copy's bits in the forward, the backward and the logits.
 TEST(LmHeadWithoutCopy, GivesTheCopysBits) {
   const int64_t V = 5000, C = 64, N = 40;  // two full 2,048-column slices and a partial one
-  std::vector<float> w(static_cast<size_t>(V * C)), x(static_cast<size_t>(N * C)), dlp(static_cast<size_t>(N));
-  fill_normal(w.data(), V * C, 0.0f, 0.5f, 5, 0);
-  fill_normal(x.data(), N * C, 0.0f, 1.0f, 5, 1);
-  fill_normal(dlp.data(), N, 0.0f, 1.0f, 5, 2);
-  for (float& e : x) e = bf16_to_f32(f32_to_bf16(e));
+  const HeadInputs in = random_head_inputs(V, C, N, 5);
+  const std::vector<float>& w = in.w;
+  const std::vector<float>& x = in.x;
+  const std::vector<float>& dlp = in.dlp;
   std::vector<int32_t> targets(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n)
     targets[static_cast<size_t>(n)] = n % 5 == 0 ? -1 : static_cast<int32_t>((n * 997) % V);
