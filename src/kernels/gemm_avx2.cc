@@ -238,6 +238,20 @@ void kernel_fp8(int64_t kc, const void* a_panel, const void* b_panel, const floa
   }
 }
 
+// kernel_adding for either kernel above: the product of one K block in a tile on the stack, then
+// added to C a vector at a time (the driver's scalar loop did the same additions).
+template <MicroKernelFn kKernel>
+void kernel_adding(int64_t kc, const void* a_panel, const void* b_panel, const float* sa, const float* sb, float* c,
+                   int64_t ldc, bool) {
+  alignas(32) float product[kMr * kNr];
+  kKernel(kc, a_panel, b_panel, sa, sb, product, kNr, /*load_c=*/false);
+  for (int m = 0; m < kMr; ++m)
+    for (int v = 0; v < kNv; ++v) {
+      float* cv = c + m * ldc + 8 * v;
+      _mm256_storeu_ps(cv, _mm256_add_ps(_mm256_loadu_ps(cv), _mm256_load_ps(product + m * kNr + 8 * v)));
+    }
+}
+
 GemmBackend make_backend(DType type) {
   GemmBackend be;
   be.mr = kMr;
@@ -255,17 +269,20 @@ GemmBackend make_backend(DType type) {
       be.name = "avx2-f32";
       be.pack_a = be.pack_b = pack_panel<float>;
       be.kernel = kernel_f32;
+      be.kernel_adding = kernel_adding<kernel_f32>;
       break;
     case DType::kBF16:
       be.name = "avx2-bf16";
       be.pack_a = be.pack_b = pack_panel<bf16_t>;
       be.kernel = kernel_f32;
+      be.kernel_adding = kernel_adding<kernel_f32>;
       break;
     case DType::kE4M3:
       be.name = "avx2-fp8";
       be.blockwise = true;
       be.pack_a = be.pack_b = pack_fp8_panel;
       be.kernel = kernel_fp8;
+      be.kernel_adding = kernel_adding<kernel_fp8>;
       break;
     case DType::kI32:
     case DType::kU8: FP8RL_CHECK(false, "no AVX2 GEMM for {} operands", dtype_name(type));

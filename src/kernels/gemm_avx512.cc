@@ -379,6 +379,20 @@ void kernel_f32(int64_t kc, const void* a_panel, const void* b_panel, const floa
     for (int v = 0; v < kNv; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, acc[m][v]);
 }
 
+// kernel_adding for any of the kernels above: the product of one K block in a tile on the stack,
+// then added to C a vector at a time (the driver's scalar loop did the same additions).
+template <MicroKernelFn kKernel>
+void kernel_adding(int64_t kc, const void* a_panel, const void* b_panel, const float* sa, const float* sb, float* c,
+                   int64_t ldc, bool) {
+  alignas(64) float product[kMr * kNr];
+  kKernel(kc, a_panel, b_panel, sa, sb, product, kNr, /*load_c=*/false);
+  for (int m = 0; m < kMr; ++m)
+    for (int v = 0; v < kNv; ++v) {
+      float* cv = c + m * ldc + 16 * v;
+      _mm512_storeu_ps(cv, _mm512_add_ps(_mm512_loadu_ps(cv), _mm512_load_ps(product + m * kNr + 16 * v)));
+    }
+}
+
 GemmBackend make_backend(DType type) {
   GemmBackend be;
   be.mr = kMr;
@@ -398,6 +412,7 @@ GemmBackend make_backend(DType type) {
       be.mc_block = 192;
       be.pack_a = be.pack_b = pack_f32_panel;
       be.kernel = kernel_f32;
+      be.kernel_adding = kernel_adding<kernel_f32>;
       break;
     case DType::kBF16:
       be.name = "avx512-bf16";
@@ -408,6 +423,7 @@ GemmBackend make_backend(DType type) {
       be.pack_a_block = be.pack_b_block = pack_bf16_block;
       be.kernel = kernel_bf16<false>;
       be.kernel_rounding = kernel_bf16<true>;
+      be.kernel_adding = kernel_adding<kernel_bf16<false>>;
       break;
     case DType::kE4M3:
       be.name = "avx512-fp8";
@@ -418,6 +434,7 @@ GemmBackend make_backend(DType type) {
       be.pack_a = be.pack_b = pack_fp8_panel;
       be.kernel = kernel_fp8<false>;
       be.kernel_rounding = kernel_fp8<true>;
+      be.kernel_adding = kernel_adding<kernel_fp8<false>>;
       break;
     case DType::kI32:
     case DType::kU8: FP8RL_CHECK(false, "no AVX-512 GEMM for {} operands", dtype_name(type));

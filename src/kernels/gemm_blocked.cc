@@ -120,6 +120,8 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, c
     const bool round_in_kernel = round_product && be.kernel_rounding != nullptr;
     const bool round_after = round_product && !round_in_kernel;
     const MicroKernelFn kernel = round_in_kernel ? be.kernel_rounding : be.kernel;
+    // An unrounded accumulate of one K block (no scratch) adds each full tile in the kernel.
+    const bool add_in_kernel = out.accumulate && out.dst == nullptr && !out.round && be.kernel_adding != nullptr;
     const int64_t nc = std::min(be.nc_block, r.n1 - jc);
     const int64_t b_panels = ceil_div(nc, be.nr);
     pack_panels(be.pack_b, be.pack_b_block, p.b, jc, jc + nc, be.nr, pc, kc, b_pack, b_panel_bytes, b_scales,
@@ -144,6 +146,10 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, c
           // one-K-block accumulate, or an edge tile: the kernel works on a full tile, and only the
           // valid part is read and written).
           float* d = out.dst ? out.dst + (m - r.m0) * out.ldd + (n - r.n0) : nullptr;
+          if (add_in_kernel && rows == be.mr && cols == be.nr) {  // a one-K-block accumulate
+            be.kernel_adding(kc, a_panel, b_panel, sa, sb, c, out.ldc, /*load_c=*/false);
+            continue;
+          }
           const bool full = rows == be.mr && cols == be.nr && d != nullptr;
           if (full) {
             kernel(kc, a_panel, b_panel, sa, sb, d, out.ldd, load_c);

@@ -79,6 +79,10 @@ struct GemmBackend {
   // it is stored, for the last K block of a rounded product; without it the driver rounds the
   // finished tile in C.
   MicroKernelFn kernel_rounding = nullptr;
+  // Optional: C = C + (the tile's product of one K block, formed from zero), the bits of forming
+  // the product in a buffer and adding it to C, for accumulating products of a single K block
+  // (load_c is always false); without it the driver forms the product in a local tile and adds it.
+  MicroKernelFn kernel_adding = nullptr;
   void (*prepare)() = nullptr;  // run by each task before its first kernel (AMX: tile config)
 };
 

@@ -48,16 +48,16 @@ class AdamW {
   // (Their gradient is expected to be zero: it still enters the global norm.)
   void freeze(const std::function<bool(const ParamInfo&)>& frozen);
 
-  // One update of params from grads with learning rate `lr`: clips grads in place to
-  // max_grad_norm (scaling all of them by max_norm / norm when norm is larger) and returns the
-  // pre-clip global norm. A non-finite norm changes nothing and is returned as is, so the caller
+  // One update of params from grads with learning rate `lr`, of the gradient clipped to
+  // max_grad_norm (every element times max_norm / norm when norm is larger; `grads` itself is left
+  // as it is) and returns the pre-clip global norm. A non-finite norm changes nothing and is returned as is, so the caller
   // can count and report the skipped step.
-  double step(float* params, float* grads, double lr);
+  double step(float* params, const float* grads, double lr);
   // step() in two halves, for a shard: the sums of squares of the gradient over the kAdamWChunk
   // chunks of the range, in order (the global norm is the square root of all chunks' sums added
   // in order); then the update of the range given that norm (clipping included).
   std::vector<double> grad_square_sums(const float* grads) const;
-  double step_with_norm(float* params, float* grads, double lr, double norm);
+  double step_with_norm(float* params, const float* grads, double lr, double norm);
   // The elements this optimizer updates, and whose moments it holds.
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }

@@ -40,9 +40,18 @@ TEST(AdamW, ClipsToMaxNormAndSkipsNonFinite) {
   AdamW opt(layout, cfg);
   std::vector<float> p(static_cast<size_t>(layout.numel()), 0.0f), g(p.size(), 0.0f);
   g[0] = 3.0f, g[1] = 4.0f;
+  // The update is that of the gradient times 1 / 5, bit for bit, and the gradient stays as it was.
+  AdamWConfig unclipped = cfg;
+  unclipped.max_grad_norm = 0.0;
+  AdamW reference(layout, unclipped);
+  std::vector<float> p_reference = p, g_scaled = g;
+  g_scaled[0] = 3.0f * 0.2f, g_scaled[1] = 4.0f * 0.2f;
+  reference.step(p_reference.data(), g_scaled.data(), 1e-3);
   EXPECT_DOUBLE_EQ(opt.step(p.data(), g.data(), 1e-3), 5.0);
-  EXPECT_FLOAT_EQ(g[0], 0.6f);
-  EXPECT_FLOAT_EQ(g[1], 0.8f);
+  EXPECT_EQ(p, p_reference);
+  EXPECT_NE(p[0], 0.0f);
+  EXPECT_EQ(g[0], 3.0f);
+  EXPECT_EQ(g[1], 4.0f);
   const std::vector<float> before = p;
   g[2] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_TRUE(std::isnan(opt.step(p.data(), g.data(), 1e-3)));
