@@ -142,14 +142,14 @@ void run_task(const GemmProblem& p, const GemmBackend& be, const TaskRange& r, c
           const std::byte* a_panel = a_pack + i * a_panel_bytes;
           const float* sa = a_scales ? a_scales + i * slices_max * be.mr : nullptr;
           float* c = out.c + (m - r.m0) * out.ldc + (n - r.n0);
-          // The tile's product: in place (plain), in the scratch, or in the local buffer (a
-          // one-K-block accumulate, or an edge tile: the kernel works on a full tile, and only the
-          // valid part is read and written).
-          float* d = out.dst ? out.dst + (m - r.m0) * out.ldd + (n - r.n0) : nullptr;
           if (add_in_kernel && rows == be.mr && cols == be.nr) {  // a one-K-block accumulate
             be.kernel_adding(kc, a_panel, b_panel, sa, sb, c, out.ldc, /*load_c=*/false);
             continue;
           }
+          // The tile's product: in place (plain), in the scratch, or in the local buffer (a
+          // one-K-block accumulate, or an edge tile: the kernel works on a full tile, and only the
+          // valid part is read and written).
+          float* d = out.dst ? out.dst + (m - r.m0) * out.ldd + (n - r.n0) : nullptr;
           const bool full = rows == be.mr && cols == be.nr && d != nullptr;
           if (full) {
             kernel(kc, a_panel, b_panel, sa, sb, d, out.ldd, load_c);

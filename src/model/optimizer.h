@@ -49,9 +49,9 @@ class AdamW {
   void freeze(const std::function<bool(const ParamInfo&)>& frozen);
 
   // One update of params from grads with learning rate `lr`, of the gradient clipped to
-  // max_grad_norm (every element times max_norm / norm when norm is larger; `grads` itself is left
-  // as it is) and returns the pre-clip global norm. A non-finite norm changes nothing and is returned as is, so the caller
-  // can count and report the skipped step.
+  // max_grad_norm (every element times max_norm / norm when norm is larger; `grads` itself is
+  // left as it is); returns the pre-clip global norm. A non-finite norm changes nothing and is
+  // returned as is, so the caller can count and report the skipped step.
   double step(float* params, const float* grads, double lr);
   // step() in two halves, for a shard: the sums of squares of the gradient over the kAdamWChunk
   // chunks of the range, in order (the global norm is the square root of all chunks' sums added
