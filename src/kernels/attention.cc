@@ -120,14 +120,19 @@ void attention_forward(float* o, const float* q, const float* k, const float* v,
 
 namespace {
 
-// Row t of the softmax backward with the score scale: dS[j] = P[j] (dP[j] - sum_j P dP) * scale for
-// j <= t (the sum in 16 lanes and the tree), each passed to store(j, value).
-template <typename Store>
-void softmax_backward_row(const float* p, const float* dp, int64_t t, float scale, Store store) {
+// Row t of the softmax backward with the score scale, over dP in place: dS[j] = P[j] (dP[j] -
+// sum_j P dP) * scale for j <= t, zero for t < j < width. The sum runs in 16 lanes (lane l takes
+// j = l mod 16, in order) and then the tree, written 16 at a time so that the compiler keeps the
+// lanes in vector registers: each product rounded, then added, as the scalar loop does.
+void softmax_backward_row(const float* p, float* dp, int64_t t, int64_t width, float scale) {
   float lanes[16] = {};
-  for (int64_t j = 0; j <= t; ++j) lanes[j % 16] += p[j] * dp[j];
+  const int64_t n = t + 1, full = n / 16 * 16;
+  for (int64_t j = 0; j < full; j += 16)
+    for (int64_t l = 0; l < 16; ++l) lanes[l] += p[j + l] * dp[j + l];
+  for (int64_t j = full; j < n; ++j) lanes[j - full] += p[j] * dp[j];
   const float dot = attention_tree_sum(lanes);
-  for (int64_t j = 0; j <= t; ++j) store(j, p[j] * (dp[j] - dot) * scale);
+  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - dot) * scale;
+  std::fill(dp + n, dp + width, 0.0f);
 }
 
 // Query rows per backward block.
@@ -154,12 +159,6 @@ void recompute_probs(std::vector<float>& probs, std::vector<AttentionQuery>& que
     }
 }
 
-// rows x D of `src` (leading dimension ld) as BF16 into dst [rows, D]; the values are BF16 already
-// where the header says so, so this is exact.
-void to_bf16_rows(bf16_t* dst, const float* src, int64_t rows, int64_t D, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r) bf16_encode_f32(src + r * ld, dst + r * D, D);
-}
-
 }  // namespace
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
@@ -168,67 +167,67 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   const AttentionForwardInputs in = forward != nullptr ? *forward : AttentionForwardInputs{q, k, v, nullptr};
   const int64_t T = s.T, D = s.D, ldq = s.Hq * D, ldkv = s.Hkv * D, group = s.Hq / s.Hkv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  std::memset(dk, 0, sizeof(float) * static_cast<size_t>(s.B * T * ldkv));
-  std::memset(dv, 0, sizeof(float) * static_cast<size_t>(s.B * T * ldkv));
+  // The BF16 codes of rows of D values (`ld` apart) into [rows, D], one call per row on this thread.
+  const detail::Bf16EncodeFn encode = detail::bf16_encode_f32_kernel(Isa::kAuto);
+  auto to_bf16_rows = [&](bf16_t* dst, const float* src, int64_t rows, int64_t ld) {
+    for (int64_t r = 0; r < rows; ++r) encode(src + r * ld, dst + r * D, D);
+  };
   // One task per (sequence, kv head); inside it, blocks of kBlock query rows in order, so dK and dV
   // of the kv head accumulate in one fixed order whatever the thread count. Causal: a block's rows
   // see only keys < width = t0 + tn, so every product covers [tn, width] and skips the zero part.
   kernel_thread_pool().parallel_for(s.B * s.Hkv, [&](int64_t task) {
     const int64_t b = task / s.Hkv, g = task % s.Hkv, kv_off = b * T * ldkv + g * D;
+    for (int64_t t = 0; t < T; ++t) {  // the task's own rows of dK and dV, zeroed where it adds to them
+      std::fill_n(dk + kv_off + t * ldkv, D, 0.0f);
+      std::fill_n(dv + kv_off + t * ldkv, D, 0.0f);
+    }
     // P, then dP and dS, of a block: [group][tn][width], the group's query heads one after the other.
     thread_local std::vector<float> probs, ds;
     thread_local std::vector<AttentionQuery> queries;
-    // BF16 operands: K and V of the kv head [T, D]; Q and dO of the group's query heads, block by
-    // block, each block's rows stacked as [group][tn][D]; P and dS of a block; dQ of a block.
+    // BF16 operands of a block: Q and dO of the group's query heads, [group][tn][D]; P and dS;
+    // K and V of the kv head [T, D] where they are not the forward's own rows.
     thread_local std::vector<bf16_t> kb, vb, qb, ob, pb, sb;
     thread_local std::vector<float> dq_block;
     thread_local std::vector<uint16_t> kv_words;  // the forward's K and V rows (kv_rows)
     thread_local std::vector<uint32_t> key_pairs;
     const KvRows kv = kv_rows(in.k, in.v, s, b, g, bf16, kv_words, key_pairs);
     auto q_offset = [&](int64_t i) { return b * T * ldq + (g * group + i) * D; };
-    if (bf16) {
+    const bf16_t *kt = nullptr, *vt = nullptr;
+    if (bf16 && in.k == k && in.v == v) {  // the words the forward read: BF16 values, so exactly their codes
+      kt = static_cast<const bf16_t*>(kv.k), vt = static_cast<const bf16_t*>(kv.v);
+    } else if (bf16) {  // the gradient flows to other values than the forward read (E4M3 attention)
       kb.resize(static_cast<size_t>(T * D)), vb.resize(static_cast<size_t>(T * D));
-      qb.resize(static_cast<size_t>(group * T * D)), ob.resize(static_cast<size_t>(group * T * D));
-      to_bf16_rows(kb.data(), k + kv_off, T, D, ldkv);
-      to_bf16_rows(vb.data(), v + kv_off, T, D, ldkv);
-      for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
-        const int64_t tn = std::min(kBlock, T - t0);
-        for (int64_t i = 0; i < group; ++i) {
-          const int64_t at = (group * t0 + i * tn) * D;
-          to_bf16_rows(qb.data() + at, q + q_offset(i) + t0 * ldq, tn, D, ldq);
-          to_bf16_rows(ob.data() + at, dout + q_offset(i) + t0 * ldq, tn, D, ldq);  // dO rounded here
-        }
-      }
+      to_bf16_rows(kb.data(), k + kv_off, T, ldkv);
+      to_bf16_rows(vb.data(), v + kv_off, T, ldkv);
+      kt = kb.data(), vt = vb.data();
     }
     for (int64_t t0 = 0; t0 < T; t0 += kBlock) {
       const int64_t tn = std::min(kBlock, T - t0), width = t0 + tn, rows = group * tn;
       recompute_probs(probs, queries, in, kv, s, b, g, t0, tn, bf16);
       ds.resize(static_cast<size_t>(rows * width));
-      // dS = P * (dP - sum_j P dP) * scale (softmax backward, then the score scale), zero past t,
-      // for the block's rows r (head r / tn, position t0 + r % tn) in [r0, r1).
-      auto softmax_backward = [&](int64_t r0, int64_t r1, bool round) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const int64_t t = t0 + r % tn;
-          float* dr = ds.data() + r * width;
-          softmax_backward_row(probs.data() + r * width, dr, t, scale, [&](int64_t j, float x) { dr[j] = x; });
-          std::fill(dr + t + 1, dr + width, 0.0f);
-          if (round) bf16_encode_f32(dr, sb.data() + r * width, width);
-        }
-      };
       if (bf16) {
         // The group's heads share K and V: one product over the block's stacked rows of every head.
-        const bf16_t* qs = qb.data() + group * t0 * D;  // [rows, D]
-        const bf16_t* os = ob.data() + group * t0 * D;
+        qb.resize(static_cast<size_t>(rows * D)), ob.resize(static_cast<size_t>(rows * D));
+        for (int64_t i = 0; i < group; ++i) {
+          to_bf16_rows(qb.data() + i * tn * D, q + q_offset(i) + t0 * ldq, tn, ldq);
+          to_bf16_rows(ob.data() + i * tn * D, dout + q_offset(i) + t0 * ldq, tn, ldq);  // dO rounded here
+        }
         pb.resize(static_cast<size_t>(rows * width)), sb.resize(static_cast<size_t>(rows * width));
         dq_block.resize(static_cast<size_t>(rows * D));
-        bf16_encode_f32(probs.data(), pb.data(), rows * width);  // P is BF16-valued already: exact
-        gemm_tn_bf16(width, D, rows, pb.data(), width, os, D, dv + kv_off, ldkv, /*accumulate=*/true);  // dV += P^T dO
-        gemm_nt_bf16(rows, width, D, os, D, vb.data(), D, ds.data(), width);                            // dP = dO V^T
-        softmax_backward(0, rows, /*round=*/true);
-        gemm_nn_bf16(rows, D, width, sb.data(), width, kb.data(), D, dq_block.data(), D);  // dQ = dS K
+        encode(probs.data(), pb.data(), rows * width);  // P is BF16-valued already: exact
+        gemm_tn_bf16(width, D, rows, pb.data(), width, ob.data(), D, dv + kv_off, ldkv,
+                     /*accumulate=*/true);                                    // dV += P^T dO
+        gemm_nt_bf16(rows, width, D, ob.data(), D, vt, D, ds.data(), width);  // dP = dO V^T
+        for (int64_t r = 0; r < rows; ++r) {  // dS, rounded to BF16 once (row r: head r / tn, position t0 + r % tn)
+          float* dr = ds.data() + r * width;
+          softmax_backward_row(probs.data() + r * width, dr, t0 + r % tn, width, scale);
+          encode(dr, sb.data() + r * width, width);
+        }
+        gemm_nn_bf16(rows, D, width, sb.data(), width, kt, D, dq_block.data(), D);  // dQ = dS K
         for (int64_t r = 0; r < rows; ++r)
           std::copy_n(dq_block.data() + r * D, D, dq + q_offset(r / tn) + (t0 + r % tn) * ldq);
-        gemm_tn_bf16(width, D, rows, sb.data(), width, qs, D, dk + kv_off, ldkv, /*accumulate=*/true);  // dK += dS^T Q
+        gemm_tn_bf16(width, D, rows, sb.data(), width, qb.data(), D, dk + kv_off, ldkv,
+                     /*accumulate=*/true);  // dK += dS^T Q
         continue;
       }
       for (int64_t i = 0; i < group; ++i) {  // FP32: head by head, reading Q and dO in place
@@ -238,7 +237,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         const float* oi = dout + q_off + t0 * ldq;  // [tn, D], stride ldq
         gemm_tn_f32(width, D, tn, p, width, oi, ldq, dv + kv_off, ldkv, /*accumulate=*/true);
         gemm_nt_f32(tn, width, D, oi, ldq, v + kv_off, ldkv, dsi, width);
-        softmax_backward(i * tn, (i + 1) * tn, /*round=*/false);
+        for (int64_t r = 0; r < tn; ++r) softmax_backward_row(p + r * width, dsi + r * width, t0 + r, width, scale);
         gemm_nn_f32(tn, D, width, dsi, width, k + kv_off, ldkv, dq + q_off + t0 * ldq, ldq);
         gemm_tn_f32(width, D, tn, dsi, width, q + q_off + t0 * ldq, ldq, dk + kv_off, ldkv, /*accumulate=*/true);
       }

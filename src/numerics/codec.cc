@@ -64,10 +64,9 @@ constexpr IsaTable<void (*)(const uint8_t*, bf16_t*, int64_t)> kE4m3DecodeBf16{
     .portable = e4m3_decode_bf16_portable,
     .avx2 = detail::e4m3_decode_bf16_avx2,
     .avx512 = detail::e4m3_decode_bf16_avx512};
-constexpr IsaTable<void (*)(const float*, bf16_t*, int64_t)> kBf16EncodeF32{
-    .portable = bf16_encode_f32_portable,
-    .avx2 = detail::bf16_encode_f32_avx2,
-    .avx512 = detail::bf16_encode_f32_avx512};
+constexpr IsaTable<detail::Bf16EncodeFn> kBf16EncodeF32{.portable = bf16_encode_f32_portable,
+                                                        .avx2 = detail::bf16_encode_f32_avx2,
+                                                        .avx512 = detail::bf16_encode_f32_avx512};
 constexpr IsaTable<void (*)(const bf16_t*, float*, int64_t)> kBf16DecodeF32{
     .portable = bf16_decode_f32_portable,
     .avx2 = detail::bf16_decode_f32_avx2,
@@ -81,6 +80,7 @@ constexpr IsaTable<detail::Bf16RoundFn> kBf16RoundF32{
 
 namespace detail {
 Bf16RoundFn bf16_round_f32_kernel(Isa isa) { return pick(kBf16RoundF32, isa); }
+Bf16EncodeFn bf16_encode_f32_kernel(Isa isa) { return pick(kBf16EncodeF32, isa); }
 }  // namespace detail
 
 void e4m3_encode_f32(const float* in, uint8_t* out, int64_t n, Isa isa) { pick(kE4m3EncodeF32, isa)(in, out, n); }

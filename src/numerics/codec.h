@@ -27,6 +27,9 @@ namespace detail {
 // through the kernel pool.
 using Bf16RoundFn = void (*)(float* x, int64_t n);
 Bf16RoundFn bf16_round_f32_kernel(Isa isa);
+// bf16_encode_f32's implementation at `isa`, likewise (the attention backward's rows).
+using Bf16EncodeFn = void (*)(const float* in, bf16_t* out, int64_t n);
+Bf16EncodeFn bf16_encode_f32_kernel(Isa isa);
 
 // The AVX-512 implementations (codec_avx512.cc); call only after resolve_isa() said kAvx512.
 void e4m3_encode_f32_avx512(const float* in, uint8_t* out, int64_t n);
