@@ -230,7 +230,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     }
   for (int q = 0; q < num_queries; ++q) {
     softmax(qs[q].probs, qs[q].len);
-    bf16_round_f32(qs[q].probs, qs[q].len);
+    bf16_round_f32_avx2(qs[q].probs, qs[q].len);  // this level's codec on this thread, not the pool's chunks
   }
   if (qs[0].out == nullptr) return;  // probabilities only
   // Value passes: up to 4 queries x 2 chunks, or fewer queries with more chunks.

@@ -299,7 +299,7 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
   for (int q = 0; q < num_queries; ++q) {
     float* p = qs[q].probs;
     softmax(p, qs[q].len);
-    bf16_round_f32(p, qs[q].len);
+    bf16_round_f32_avx512(p, qs[q].len);  // this level's codec on this thread, not the pool's chunks
     if (qs[0].out == nullptr) continue;  // probabilities only: no pairs, no value pass
     uint32_t* pq = pbuf.data() + q * max_pairs;
     for (int64_t j0 = 0; j0 < qs[q].len; j0 += 32) {  // 32 probabilities -> 16 pairs (their top words)
