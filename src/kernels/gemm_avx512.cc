@@ -249,33 +249,37 @@ void pack_bf16_block(const GemmOperand& op, int64_t r0, int rows, int tile, int6
       rows, tile, kc, out, panel_bytes);
 }
 
+// The first `valid` (at most 32) of the codes at src, decoded exactly to 32 BF16 words (zeros past
+// them): the decoder's low half.
+inline __m512i decode32(const avx512::E4m3Decoder& decoder, const uint8_t* src, __mmask64 valid) {
+  __m512i lo, hi;
+  decoder.decode64(_mm512_maskz_loadu_epi8(valid, src), &lo, &hi);
+  return lo;
+}
+
 // FP8 codes, decoded exactly to BF16 as they are loaded and packed like a BF16 source (no
 // scratch copy); scales [ceil(kc/128)][tile].
 //   [rows, K] (K contiguous): as pack_bf16_rows; an odd kc's last pair is (code, 0).
 //   [K, rows] (a 128x128-block weight as stored, for dX = dY W): as pack_bf16_cols.
-// Each load decodes 32 codes (the decoder's low half).
+// Each load decodes 32 codes (decode32).
 void pack_fp8_panel(const GemmOperand& op, int64_t r0, int rows, int tile, int64_t k0, int64_t kc, void* panel,
                     float* scales) {
   const avx512::E4m3Decoder decoder;
   const auto* codes = static_cast<const uint8_t*>(op.data);
   auto* out = static_cast<uint32_t*>(panel);
-  const auto decode32 = [&](const uint8_t* src, __mmask64 valid) {
-    __m512i lo, hi;
-    decoder.decode64(_mm512_maskz_loadu_epi8(valid, src), &lo, &hi);
-    return lo;
-  };
   if (op.k_contiguous) {
     const uint8_t* base = codes + r0 * op.ld + k0;
     pack_rows_with(
         [&](int row, int64_t g0, int) {
           const uint8_t* line = base + row * op.ld + 2 * g0;
           prefetch_next_panel(line, tile * op.ld);
-          return decode32(line, avx512::first_bytes_mask(std::min<int64_t>(32, kc - 2 * g0)));
+          return decode32(decoder, line, avx512::first_bytes_mask(std::min<int64_t>(32, kc - 2 * g0)));
         },
         rows, tile, (kc + 1) / 2, out);
   } else {
-    pack_cols_with([&](int64_t k, int v, __mmask32 m) { return decode32(codes + (k0 + k) * op.ld + r0 + v, m); }, rows,
-                   tile, kc, out);
+    pack_cols_with(
+        [&](int64_t k, int v, __mmask32 m) { return decode32(decoder, codes + (k0 + k) * op.ld + r0 + v, m); }, rows,
+        tile, kc, out);
   }
   pack_fp8_scales(op, r0, rows, tile, k0, kc, scales);
 }
@@ -299,9 +303,7 @@ void pack_fp8_block(const GemmOperand& op, int64_t r0, int rows, int tile, int64
       [&](int64_t k, int c, __mmask32 m) {
         const uint8_t* line = codes + (k0 + k) * op.ld + r0 + c;
         _mm_prefetch(reinterpret_cast<const char*>(line + 4 * op.ld), _MM_HINT_T0);
-        __m512i lo, hi;
-        decoder.decode64(_mm512_maskz_loadu_epi8(m, line), &lo, &hi);
-        return lo;
+        return decode32(decoder, line, m);
       },
       rows, tile, kc, out, panel_bytes);
   for (int r = 0; r < rows; r += tile)
