@@ -259,6 +259,24 @@ void run_model_child(const BenchOptions& options, bool quick) {
     t.optimizer = std::make_unique<AdamW>(t.model->layout(), AdamWConfig{});
     return t;
   };
+  // The compute limit of the GEMM path in use: AMX tile products, vdpbf16ps, or the AVX2 level's
+  // FP32 FMAs (its BF16 and FP8 operands are widened to FP32 while packing). Measured before the
+  // cases and again after them, the fastest of all the runs: a shared host slows down and speeds
+  // up over minutes, and a limit taken in a slow moment alone would flatter every ratio.
+  const Isa level = resolve_isa(Isa::kAuto);
+  const char* limit = level == Isa::kAmx    ? "peak_amx_bf16 x threads"
+                      : uses_avx512(level)  ? "peak_bf16_dot x threads"
+                      : level == Isa::kAvx2 ? "peak_fma_avx2 x threads"
+                                            : nullptr;
+  std::vector<double> peak_runs;
+  const auto measure_peak = [&] {
+    if (!limit) return;
+    for (int i = 0; i < 5; ++i)
+      peak_runs.push_back(level == Isa::kAmx    ? peak_amx_bf16_gflops(quick ? 20'000 : 300'000)
+                          : level == Isa::kAvx2 ? peak_fma_avx2_gflops(quick ? 2'000'000 : 20'000'000)
+                                                : peak_bf16_dot_gflops(quick ? 200'000 : 3'000'000));
+  };
+  measure_peak();
   std::vector<double> seconds;
   std::vector<GemmTotals> gemm;  // per step, each case's
   std::vector<double> peak_rss;  // GiB after each case (one_at_a_time)
@@ -279,23 +297,9 @@ void run_model_child(const BenchOptions& options, bool quick) {
     seconds = time_interleaved(steps, options.repeats, &gemm);
   }
   const int64_t num_params = ParamLayout(s.config).numel();
+  measure_peak();
+  const double peak = peak_runs.empty() ? 0.0 : fastest(peak_runs);
 
-  // The compute limit of the GEMM path in use: AMX tile products, vdpbf16ps, or the AVX2 level's
-  // FP32 FMAs (its BF16 and FP8 operands are widened to FP32 while packing).
-  const Isa level = resolve_isa(Isa::kAuto);
-  const char* limit = level == Isa::kAmx    ? "peak_amx_bf16 x threads"
-                      : uses_avx512(level)  ? "peak_bf16_dot x threads"
-                      : level == Isa::kAvx2 ? "peak_fma_avx2 x threads"
-                                            : nullptr;
-  double peak = 0;
-  if (limit) {
-    std::vector<double> runs;
-    for (int i = 0; i < 5; ++i)
-      runs.push_back(level == Isa::kAmx    ? peak_amx_bf16_gflops(quick ? 20'000 : 300'000)
-                     : level == Isa::kAvx2 ? peak_fma_avx2_gflops(quick ? 2'000'000 : 20'000'000)
-                                           : peak_bf16_dot_gflops(quick ? 200'000 : 3'000'000));
-    peak = fastest(runs);
-  }
   const double tokens = static_cast<double>(s.B * s.T);
   for (size_t i = 0; i < seconds.size(); ++i) {
     const double gflops = 6.0 * linear_params(s.config) * tokens / seconds[i] / 1e9;
