@@ -168,13 +168,25 @@ std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
 
 // ---- writer ---------------------------------------------------------------------------------
 
+constexpr size_t kStreamedPieceBytes = size_t{4} << 20;  // add_streamed's pieces
+
 void SafetensorsWriter::add(std::string name, const TensorView& view) {
+  FP8RL_CHECK(view.data != nullptr || view.numel() == 0, "tensor '{}' has no data", name);
+  insert(std::move(name), Entry{view, nullptr});
+}
+
+void SafetensorsWriter::add_streamed(std::string name, DType dtype, const Shape& shape, Filler fill) {
+  FP8RL_CHECK(fill != nullptr, "tensor '{}' has no filler", name);
+  insert(std::move(name), Entry{TensorView::contiguous(nullptr, dtype, shape), std::move(fill)});
+}
+
+void SafetensorsWriter::insert(std::string name, Entry entry) {
   FP8RL_CHECK(!name.empty(), "safetensors tensor names must not be empty");
   FP8RL_CHECK(name != "__metadata__", "'__metadata__' is reserved in safetensors headers");
-  FP8RL_CHECK(view.rank() >= 0 && view.rank() <= kMaxDims, "tensor '{}' has rank {}", name, view.rank());
-  FP8RL_CHECK(view.data != nullptr || view.numel() == 0, "tensor '{}' has no data", name);
+  FP8RL_CHECK(entry.view.rank() >= 0 && entry.view.rank() <= kMaxDims, "tensor '{}' has rank {}", name,
+              entry.view.rank());
   FP8RL_CHECK(!tensors_.contains(name), "tensor '{}' added twice", name);
-  tensors_.emplace(std::move(name), view);
+  tensors_.emplace(std::move(name), std::move(entry));
 }
 
 void SafetensorsWriter::set_metadata(std::string key, std::string value) { metadata_[std::move(key)] = std::move(value); }
@@ -182,7 +194,8 @@ void SafetensorsWriter::set_metadata(std::string key, std::string value) { metad
 void SafetensorsWriter::write(const fs::path& path) const {
   json header = json::object();
   uint64_t offset = 0;
-  for (const auto& [name, view] : tensors_) {
+  for (const auto& [name, entry] : tensors_) {
+    const TensorView& view = entry.view;
     const uint64_t bytes = static_cast<uint64_t>(view.numel()) * dtype_size(view.dtype);
     json shape = json::array();
     for (int i = 0; i < view.rank(); ++i) shape.push_back(view.shape[i]);
@@ -198,10 +211,22 @@ void SafetensorsWriter::write(const fs::path& path) const {
   for (int i = 0; i < 8; ++i) length_le[i] = static_cast<uint8_t>(static_cast<uint64_t>(header_text.size()) >> (8 * i));
   out.write(length_le, sizeof length_le);
   out.write(header_text);
-  for (const auto& entry : tensors_) {
-    const TensorView& view = entry.second;  // named, not a structured binding: the lambda below captures it
+  for (const auto& named : tensors_) {
+    const Entry& entry = named.second;  // not a structured binding: the lambda below captures it
+    const TensorView& view = entry.view;
     const size_t bytes = static_cast<size_t>(view.numel()) * dtype_size(view.dtype);
     if (bytes == 0) continue;
+    if (entry.fill) {  // in pieces of at most kStreamedPieceBytes
+      const size_t esize = dtype_size(view.dtype);
+      const int64_t piece = std::max<int64_t>(1, static_cast<int64_t>(kStreamedPieceBytes / esize));
+      AlignedBuffer<std::byte> buffer(static_cast<size_t>(std::min(view.numel(), piece)) * esize);
+      for (int64_t first = 0; first < view.numel(); first += piece) {
+        const int64_t n = std::min(piece, view.numel() - first);
+        entry.fill(first, n, buffer.data());
+        out.write(buffer.data(), static_cast<size_t>(n) * esize);
+      }
+      continue;
+    }
     if (view.is_contiguous()) {
       out.write(view.data, bytes);
       continue;
@@ -337,16 +362,23 @@ void SafetensorsFile::read_bytes(uint64_t file_offset, void* dst, uint64_t bytes
   }
 }
 
-void SafetensorsFile::read_into(std::string_view name, const TensorView& dst) const {
+void SafetensorsFile::expect(std::string_view name, DType dtype, const Shape& shape) const {
   const SafetensorsTensorInfo& meta = info(name);
   if (!meta.dtype) {
     fail(path_, fmt::format("tensor '{}' has dtype {}, which fp8rl does not read (supported: F32, BF16, F8_E4M3, I32, U8)",
                             name, meta.dtype_name));
   }
-  if (*meta.dtype != dst.dtype)
-    fail(path_, fmt::format("tensor '{}': expected dtype {}, found {}", name, safetensors_dtype_name(dst.dtype), meta.dtype_name));
-  if (!(meta.shape == dst.shape))
-    fail(path_, fmt::format("tensor '{}': expected shape {}, found {}", name, shape_text(dst.shape), shape_text(meta.shape)));
+  if (*meta.dtype != dtype)
+    fail(path_,
+         fmt::format("tensor '{}': expected dtype {}, found {}", name, safetensors_dtype_name(dtype), meta.dtype_name));
+  if (!(meta.shape == shape))
+    fail(path_,
+         fmt::format("tensor '{}': expected shape {}, found {}", name, shape_text(shape), shape_text(meta.shape)));
+}
+
+void SafetensorsFile::read_into(std::string_view name, const TensorView& dst) const {
+  expect(name, dst.dtype, dst.shape);
+  const SafetensorsTensorInfo& meta = info(name);
   const uint64_t bytes = meta.end - meta.begin;
   if (bytes == 0) return;
   FP8RL_CHECK(dst.data != nullptr, "reading tensor '{}' into a view without data", name);

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -58,6 +59,11 @@ class SafetensorsWriter {
   // until `write` returns. Any strides are fine (the data is gathered row-major when written).
   // Throws Error for an empty or duplicate name, "__metadata__", or an unsupported rank.
   void add(std::string name, const TensorView& view);
+  // Records a tensor whose bytes are not in memory: `write` asks `fill(first, n, dst)` for its
+  // elements [first, first + n) in pieces of at most a few MiB (row-major, `dtype`'s bytes), so a
+  // tensor that lives elsewhere (a spill file) is written without a whole copy in memory.
+  using Filler = std::function<void(int64_t first, int64_t n, void* dst)>;
+  void add_streamed(std::string name, DType dtype, const Shape& shape, Filler fill);
   // A string entry of the header's "__metadata__" object (e.g. {"format": "pt"}).
   void set_metadata(std::string key, std::string value);
   // Writes the file atomically: on error nothing is left at `path` (an older file stays intact).
@@ -66,7 +72,12 @@ class SafetensorsWriter {
   size_t num_tensors() const { return tensors_.size(); }
 
  private:
-  std::map<std::string, TensorView> tensors_;  // ordered by name: the data buffer's order
+  struct Entry {
+    TensorView view;  // the dtype and shape; the data unless `fill` is set
+    Filler fill;
+  };
+  void insert(std::string name, Entry entry);
+  std::map<std::string, Entry> tensors_;  // ordered by name: the data buffer's order
   std::map<std::string, std::string> metadata_;
 };
 
@@ -98,6 +109,8 @@ class SafetensorsFile {
   // Reads a floating-point tensor stored as F32, BF16 or F16 and widens it (exactly) to FP32
   // into `dst` [numel of its shape]. Throws Error naming the tensor for any other dtype.
   void read_as_f32(std::string_view name, float* dst) const;
+  // Throws Error naming the file and the tensor unless it has exactly this dtype and shape.
+  void expect(std::string_view name, DType dtype, const Shape& shape) const;
   // Reads a tensor into existing storage (any strides) whose dtype and shape must match.
   void read_into(std::string_view name, const TensorView& dst) const;
   // Rows [row0, row0 + rows) of a tensor of rank >= 1 (a row: the product of the other

@@ -11,6 +11,17 @@
 
 namespace fp8rl {
 
+namespace fs = std::filesystem;
+
+fs::path spill_directory_for(const fs::path& wanted) {
+  std::error_code ec;
+  for (fs::path dir = fs::absolute(wanted, ec); !ec && !dir.empty(); dir = dir.parent_path()) {
+    if (fs::is_directory(dir, ec)) return dir;
+    if (dir == dir.root_path()) break;
+  }
+  return fs::temp_directory_path();
+}
+
 SpillFile::SpillFile(const std::filesystem::path& dir) : dir_(dir) {
   fd_ = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd_ < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
@@ -53,6 +64,14 @@ void SpillFile::read(int64_t offset, void* data, size_t bytes) const {
   char* p = static_cast<char*>(data);
   transfer_all(dir_, "reading", offset, bytes, "the file ends before them",
         [&](off_t at, size_t done) { return ::pread(fd_, p + done, bytes - done, at); });
+}
+
+void SpillFile::resize(int64_t bytes) {
+  int rc;
+  do rc = ::ftruncate(fd_, static_cast<off_t>(bytes));
+  while (rc != 0 && errno == EINTR);
+  FP8RL_REQUIRE(rc == 0, "spill file in '{}': cannot make it {} bytes long: {}", dir_.string(), bytes,
+                std::strerror(errno));
 }
 
 }  // namespace fp8rl

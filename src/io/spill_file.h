@@ -1,5 +1,6 @@
 // A scratch file for bytes that leave memory for a while: the reference policy's weights between
-// GRPO's log-prob phases (Transformer::offload_weights). It has no name (O_TMPFILE; where the file
+// GRPO's log-prob phases (Transformer::offload_weights), the AdamW moments between optimizer steps
+// (policy.optimizer.offload_moments). It has no name (O_TMPFILE; where the file
 // system lacks it, a name removed right after creation), so it never outlives the process, not
 // even a killed one, and never shows in the directory. Its pages sit in the page cache, which the
 // kernel may write out and drop under memory pressure; reading them back costs a copy from the
@@ -11,6 +12,11 @@
 #include <filesystem>
 
 namespace fp8rl {
+
+// Where to put a spill file for data that belongs with `wanted` (a run directory): `wanted` if it
+// exists, else its nearest existing ancestor (the file system the user chose, and not a /tmp that
+// may be memory), else the temporary directory.
+std::filesystem::path spill_directory_for(const std::filesystem::path& wanted);
 
 class SpillFile {
  public:
@@ -24,6 +30,8 @@ class SpillFile {
   // and the cause (a full disk, a file shorter than the read).
   void write(int64_t offset, const void* data, size_t bytes);
   void read(int64_t offset, void* data, size_t bytes) const;
+  // Makes the file `bytes` long; bytes past the old end read as zeros (no disk is written).
+  void resize(int64_t bytes);
   const std::filesystem::path& dir() const { return dir_; }
 
  private:

@@ -16,6 +16,15 @@ namespace fp8rl {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// optimizer.safetensors: "exp_avg.NAME" and "exp_avg_sq.NAME" per parameter tensor.
+constexpr std::pair<const char*, Moment> kMomentNames[] = {{"exp_avg.", Moment::kFirst},
+                                                           {"exp_avg_sq.", Moment::kSecond}};
+constexpr int64_t kLoadBandElements = int64_t{1} << 20;  // load_optimizer_state's pieces (4 MiB)
+
+}  // namespace
+
 void save_checkpoint(const fs::path& dir, const Transformer& model, const AdamW* optimizer,
                      const nlohmann::json& trainer_state, const fs::path& model_source) {
   // A diverged run's weights are never saved: the checkpoint at DIR stays the last good one.
@@ -38,12 +47,12 @@ void save_checkpoint(const fs::path& dir, const Transformer& model, const AdamW*
       FP8RL_CHECK(optimizer->begin() == 0 && optimizer->end() == model.num_params(),
                   "save_checkpoint: the optimizer holds a shard [{}, {}) of {} parameters, not all of them",
                   optimizer->begin(), optimizer->end(), model.num_params());
-      SafetensorsWriter state;
-      auto& opt = const_cast<AdamW&>(*optimizer);
-      for (const ParamInfo& p : model.layout().tensors()) {
-        state.add("exp_avg." + p.name, TensorView::contiguous(opt.first_moment().data() + p.offset, DType::kF32, p.shape));
-        state.add("exp_avg_sq." + p.name, TensorView::contiguous(opt.second_moment().data() + p.offset, DType::kF32, p.shape));
-      }
+      SafetensorsWriter state;  // the moments streamed from wherever they live (an offloaded optimizer's spill file)
+      for (const ParamInfo& p : model.layout().tensors())
+        for (const auto& [prefix, moment] : kMomentNames)
+          state.add_streamed(prefix + p.name, DType::kF32, p.shape, [=](int64_t first, int64_t n, void* dst) {
+            optimizer->read_moment(moment, p.offset + first, n, static_cast<float*>(dst));
+          });
       state.set_metadata("step", std::to_string(optimizer->steps_taken()));
       state.write(tmp / "optimizer.safetensors");
     }
@@ -56,21 +65,26 @@ void load_optimizer_state(const fs::path& dir, AdamW& optimizer) {
   FP8RL_REQUIRE(fs::exists(path), "checkpoint '{}' has no optimizer state (optimizer.safetensors)", dir.string());
   const SafetensorsFile file = SafetensorsFile::open(path);
   FP8RL_REQUIRE(file.metadata().count("step") == 1, "safetensors file '{}': metadata 'step' missing", path.string());
-  // A shard's optimizer (rl/dist) keeps the part of each tensor inside its range.
+  // A shard's optimizer (rl/dist) keeps the part of each tensor inside its range. Read in bands of
+  // rows, so that an offloaded optimizer's moments never sit in memory whole.
   const int64_t begin = optimizer.begin(), end = optimizer.end();
-  std::vector<float> whole;
+  std::vector<float> band;
   for (const ParamInfo& p : optimizer.tensors()) {
     const int64_t n = p.shape.numel(), b = std::max(begin, p.offset), e = std::min(end, p.offset + n);
     if (b >= e) continue;
-    for (const auto& [prefix, moment] : {std::pair{"exp_avg.", &optimizer.first_moment()},
-                                         std::pair{"exp_avg_sq.", &optimizer.second_moment()}}) {
-      if (b == p.offset && e == p.offset + n) {  // the whole tensor: straight into place
-        file.read_into(prefix + p.name, TensorView::contiguous(moment->data() + (p.offset - begin), DType::kF32, p.shape));
-        continue;
+    const int64_t rows = p.shape.rank == 0 ? 1 : p.shape[0], row = rows == 0 ? 0 : n / rows;
+    const int64_t band_rows = std::max<int64_t>(1, kLoadBandElements / std::max<int64_t>(row, 1));
+    for (const auto& [prefix, moment] : kMomentNames) {
+      const std::string name = prefix + p.name;
+      file.expect(name, DType::kF32, p.shape);
+      // The rows that hold elements [b, e) of the tensor's [p.offset, p.offset + n).
+      for (int64_t r0 = (b - p.offset) / row; r0 * row < e - p.offset; r0 += band_rows) {
+        const int64_t r1 = std::min(rows, r0 + band_rows);
+        band.resize(static_cast<size_t>((r1 - r0) * row));
+        file.read_rows(name, r0, r1 - r0, band.data());
+        const int64_t lo = std::max(b, p.offset + r0 * row), hi = std::min(e, p.offset + r1 * row);
+        optimizer.write_moment(moment, lo, hi - lo, band.data() + (lo - p.offset - r0 * row));
       }
-      whole.resize(static_cast<size_t>(n));
-      file.read_into(prefix + p.name, TensorView::contiguous(whole.data(), DType::kF32, p.shape));
-      std::copy(whole.begin() + (b - p.offset), whole.begin() + (e - p.offset), moment->data() + (b - begin));
     }
   }
   const std::string& step = file.metadata().at("step");

@@ -1,6 +1,7 @@
 #include "model/optimizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -46,7 +47,8 @@ void adamw_update(float* __restrict p, const float* __restrict g, float* __restr
 
 }  // namespace
 
-AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, ParamRange range)
+AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, ParamRange range,
+             const std::filesystem::path& spill_dir)
     : tensors_(layout.tensors()),
       config_(config),
       begin_(range.begin),
@@ -54,8 +56,38 @@ AdamW::AdamW(const ParamLayout& layout, const AdamWConfig& config, ParamRange ra
   FP8RL_CHECK(begin_ >= 0 && begin_ <= end_ && end_ <= layout.numel() && begin_ % kChunk == 0,
               "AdamW: range [{}, {}) of {} parameters (it must start at a multiple of {})", begin_, end_,
               layout.numel(), kChunk);
-  m_ = AlignedBuffer<float>(static_cast<size_t>(end_ - begin_));
-  v_ = AlignedBuffer<float>(static_cast<size_t>(end_ - begin_));
+  if (spill_dir.empty()) {
+    m_ = AlignedBuffer<float>(static_cast<size_t>(end_ - begin_));
+    v_ = AlignedBuffer<float>(static_cast<size_t>(end_ - begin_));
+  } else {  // zeros, as a file of that length reads
+    spill_ = std::make_unique<SpillFile>(spill_dir);
+    spill_->resize(spill_offset(Moment::kSecond, end_));
+  }
+}
+
+int64_t AdamW::spill_offset(Moment which, int64_t at) const {
+  const int64_t element = (which == Moment::kFirst ? 0 : end_ - begin_) + (at - begin_);
+  return element * static_cast<int64_t>(sizeof(float));
+}
+
+float* AdamW::moment_data(Moment which) {
+  FP8RL_CHECK(!moments_offloaded(), "AdamW::moment_data: the moments are in a spill file, not in memory");
+  return which == Moment::kFirst ? m_.data() : v_.data();
+}
+
+void AdamW::read_moment(Moment which, int64_t at, int64_t n, float* dst) const {
+  FP8RL_CHECK(at >= begin_ && n >= 0 && at + n <= end_, "AdamW: moment elements [{}, {}) outside [{}, {})", at, at + n,
+              begin_, end_);
+  if (spill_) return spill_->read(spill_offset(which, at), dst, static_cast<size_t>(n) * sizeof(float));
+  const float* src = (which == Moment::kFirst ? m_.data() : v_.data()) + (at - begin_);
+  std::copy(src, src + n, dst);
+}
+
+void AdamW::write_moment(Moment which, int64_t at, int64_t n, const float* src) {
+  FP8RL_CHECK(at >= begin_ && n >= 0 && at + n <= end_, "AdamW: moment elements [{}, {}) outside [{}, {})", at, at + n,
+              begin_, end_);
+  if (spill_) return spill_->write(spill_offset(which, at), src, static_cast<size_t>(n) * sizeof(float));
+  std::copy(src, src + n, (which == Moment::kFirst ? m_.data() : v_.data()) + (at - begin_));
 }
 
 void AdamW::freeze(const std::function<bool(const ParamInfo&)>& frozen) { std::erase_if(tensors_, frozen); }
@@ -88,18 +120,44 @@ double AdamW::step_with_norm(float* params, const float* grads, double lr, doubl
   const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
   const float eps = static_cast<float>(config_.eps);
   // One task per chunk of one tensor, within the range (every element's update is independent
-  // of the others).
-  std::vector<std::pair<const ParamInfo*, int64_t>> tasks;
-  for (const ParamInfo& t : tensors_)
-    for (int64_t c = 0; c < chunks_of(t.shape.numel()); ++c) tasks.emplace_back(&t, c);
-  kernel_thread_pool().parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t task) {
-    const auto [t, c] = tasks[static_cast<size_t>(task)];
-    const float decay = t->decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
-    const int64_t begin = std::max(begin_, t->offset + c * kChunk);
-    const int64_t end = std::min(end_, t->offset + std::min(t->shape.numel(), (c + 1) * kChunk));
-    if (begin >= end) return;
-    adamw_update(params + begin, grads + begin, m_.data() + (begin - begin_), v_.data() + (begin - begin_), end - begin,
-                 {b1, b2, step_size, inv_sqrt_bias2, eps, decay, grad_scale});
+  // of the others): elements [begin, end) with the tensor's decay.
+  struct Task {
+    int64_t begin, end;
+    float decay;
+  };
+  std::vector<Task> tasks;
+  for (const ParamInfo& t : tensors_) {
+    const float decay = t.decay ? static_cast<float>(1.0 - lr * config_.weight_decay) : 1.0f;
+    for (int64_t c = 0; c < chunks_of(t.shape.numel()); ++c) {
+      const int64_t begin = std::max(begin_, t.offset + c * kChunk);
+      const int64_t end = std::min(end_, t.offset + std::min(t.shape.numel(), (c + 1) * kChunk));
+      if (begin < end) tasks.push_back({begin, end, decay});
+    }
+  }
+  const auto update = [&](const Task& task, float* m, float* v) {
+    adamw_update(params + task.begin, grads + task.begin, m, v, task.end - task.begin,
+                 {b1, b2, step_size, inv_sqrt_bias2, eps, task.decay, grad_scale});
+  };
+  if (!spill_) {
+    kernel_thread_pool().parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t i) {
+      const Task& task = tasks[static_cast<size_t>(i)];
+      update(task, m_.data() + (task.begin - begin_), v_.data() + (task.begin - begin_));
+    });
+    return norm;
+  }
+  // Offloaded: each thread reads a chunk's moments into its own buffers, updates, writes them back.
+  std::atomic<size_t> next{0};
+  kernel_thread_pool().parallel_for(kernel_thread_pool().size(), [&](int64_t) {
+    AlignedBuffer<float> m(static_cast<size_t>(kChunk)), v(static_cast<size_t>(kChunk));
+    for (size_t i; (i = next.fetch_add(1)) < tasks.size();) {
+      const Task& task = tasks[i];
+      const int64_t n = task.end - task.begin;
+      read_moment(Moment::kFirst, task.begin, n, m.data());
+      read_moment(Moment::kSecond, task.begin, n, v.data());
+      update(task, m.data(), v.data());
+      write_moment(Moment::kFirst, task.begin, n, m.data());
+      write_moment(Moment::kSecond, task.begin, n, v.data());
+    }
   });
   return norm;
 }

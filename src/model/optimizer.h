@@ -3,11 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/aligned_buffer.h"
+#include "io/spill_file.h"
 #include "model/params.h"
 
 namespace fp8rl {
@@ -39,9 +42,16 @@ struct ParamRange {
 };
 inline constexpr int64_t kAdamWChunk = int64_t{1} << 16;
 
+enum class Moment : uint8_t { kFirst, kSecond };  // exp_avg, exp_avg_sq
+
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, const AdamWConfig& config, ParamRange range = {});
+  // With a `spill_dir`, the moments live in a spill file there (io/spill_file.h), not in memory,
+  // and each step streams them through a chunk at a time (policy.optimizer.offload_moments): their
+  // 8 bytes per parameter leave the process for the page cache, which the kernel writes to disk
+  // under memory pressure. Each element's arithmetic is the same, and so is every bit.
+  AdamW(const ParamLayout& layout, const AdamWConfig& config, ParamRange range = {},
+        const std::filesystem::path& spill_dir = {});
   const AdamWConfig& config() const { return config_; }
   int64_t steps_taken() const { return step_; }
   // Leaves the tensors for which `frozen` holds as they are from now on: no update, no decay.
@@ -62,9 +72,14 @@ class AdamW {
   int64_t begin() const { return begin_; }
   int64_t end() const { return end_; }
 
-  // The moments, for checkpoints ([end - begin] each: element i of the parameters at i - begin).
-  AlignedBuffer<float>& first_moment() { return m_; }
-  AlignedBuffer<float>& second_moment() { return v_; }
+  // The moments, for checkpoints: elements [at, at + n) of the parameters' (within [begin, end)),
+  // wherever they live.
+  bool moments_offloaded() const { return spill_ != nullptr; }
+  void read_moment(Moment which, int64_t at, int64_t n, float* dst) const;
+  void write_moment(Moment which, int64_t at, int64_t n, const float* src);
+  // A moment held in memory ([end - begin]: element i of the parameters at i - begin); not for an
+  // optimizer whose moments are offloaded.
+  float* moment_data(Moment which);
   void set_steps_taken(int64_t step) { step_ = step; }
   const std::vector<ParamInfo>& tensors() const { return tensors_; }
 
@@ -72,7 +87,9 @@ class AdamW {
   std::vector<ParamInfo> tensors_;
   AdamWConfig config_;
   int64_t begin_ = 0, end_ = 0;
-  AlignedBuffer<float> m_, v_;
+  AlignedBuffer<float> m_, v_;        // in memory, or
+  std::unique_ptr<SpillFile> spill_;  // offloaded: m at element i - begin, then v after end - begin
+  int64_t spill_offset(Moment which, int64_t at) const;
   int64_t step_ = 0;
 };
 

@@ -303,7 +303,8 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
       policy_(load_job_model(config)),
       tokenizer_(load_job_tokenizer(config, policy_.config())),
       // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
-      optimizer_(policy_.layout(), config.adam, dist::optimizer_range(policy_.num_params(), comm_.rank(), comm_.size())),
+      optimizer_(policy_.layout(), config.adam, dist::optimizer_range(policy_.num_params(), comm_.rank(), comm_.size()),
+                 config.offload_moments ? spill_directory_for(run_dir_) : fs::path()),
       schedule_(config.schedule),
       generator_(policy_.config(), config.generator_policy(), config.engine_options()),
       kv_granularity_(config.kv_scale_granularity) {
@@ -502,12 +503,12 @@ void GrpoJob::old_logprobs(std::vector<Rollout>& r) {
 }
 
 // Until the next step's log-prob phase the reference policy's weights leave memory for a spill
-// file in the run directory (where this rank's node has none, the temporary directory): written
+// file in the run directory (where this rank's node has none, its nearest existing parent): written
 // once, read back each step. A file that cannot be written leaves them in memory, with a warning.
 void GrpoJob::offload_reference() {
   if (reference_stays_) return;
   try {
-    if (!reference_file_) reference_file_.emplace(fs::is_directory(run_dir_) ? run_dir_ : fs::temp_directory_path());
+    if (!reference_file_) reference_file_.emplace(spill_directory_for(run_dir_));
     reference_->offload_weights(*reference_file_);
   } catch (const Error& e) {
     fmt::print(stderr, "grpo: warning: the reference policy's weights stay in memory: {}\n", e.what());

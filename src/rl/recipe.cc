@@ -84,6 +84,10 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   s.add("policy.optimizer.beta1", &c.adam.beta1, 0.9, "AdamW beta1").range(0, 0.999999);
   s.add("policy.optimizer.beta2", &c.adam.beta2, 0.999, "AdamW beta2").range(0, 0.999999);
   s.add("policy.optimizer.eps", &c.adam.eps, 1e-8, "AdamW epsilon").greater_than(0);
+  s.add("policy.optimizer.offload_moments", &c.offload_moments, false,
+        "AdamW's moments (8 bytes per parameter) live in an unnamed spill file on the run directory's file system "
+        "and each optimizer step streams them through; the page cache holds them while memory allows (the same "
+        "bits)");
   s.add("policy.max_grad_norm", &c.adam.max_grad_norm, 1.0, "global gradient-norm clip (0: off)").at_least(0);
   s.add_enum("policy.scheduler.kind", &c.schedule.kind, LrScheduleKind::kConstant,
              {{"constant", LrScheduleKind::kConstant}, {"cosine", LrScheduleKind::kCosine}},

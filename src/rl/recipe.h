@@ -66,6 +66,7 @@ struct RunConfig {
 
   // Optimizer and schedule (policy.optimizer.*, policy.scheduler.*).
   AdamWConfig adam;
+  bool offload_moments = false;  // policy.optimizer.offload_moments
   LrSchedule schedule;
   int64_t train_global_batch_size = 0;  // policy.train_global_batch_size (sequences per optimizer step)
   int64_t train_micro_batch_size = 0;   // policy.train_micro_batch_size

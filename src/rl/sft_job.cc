@@ -51,7 +51,8 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   encode_validation_prompts(*task, tok, config.val_max_examples, config.max_new_tokens, model.config().max_seq_len);
   const dist::Communicator& comm = dist::world();
   // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
-  AdamW optimizer(model.layout(), config.adam, dist::optimizer_range(model.num_params(), comm.rank(), comm.size()));
+  AdamW optimizer(model.layout(), config.adam, dist::optimizer_range(model.num_params(), comm.rank(), comm.size()),
+                  config.offload_moments ? spill_directory_for(config.log_dir) : fs::path());
   optimizer.freeze([&](const ParamInfo& t) { return !model.trains(t); });
 
   // Under MPI every rank runs its share of each step's micro-batches (sft_step); rank 0 alone

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Data parallelism gives one process's bits: SFT and GRPO (bf16, fp8-e2e, fp8-e2e with an FP8 KV cache)
 # under `mpirun -np 1, 2, 4`, and fp8-e2e on a Qwen3-MoE model under 1 and 2, write the same
-# checkpoints, byte for byte, and the same metrics (timings and memory aside); a killed rank ends
-# the job with an error and `--resume` continues to the uninterrupted run's checkpoint.
+# checkpoints, byte for byte, and the same metrics (timings and memory aside), also with each rank's
+# AdamW moments offloaded (N = 4); a killed rank ends the job with an error and `--resume` (4 ranks,
+# moments offloaded: shards that start inside a tensor) continues to the uninterrupted run's checkpoint.
 # Usage: data_parallel_test.sh FP8RL_BINARY SOURCE_DIR
 set -euo pipefail
 bin=$1
@@ -51,15 +52,20 @@ same_run() {  # same_run DIR_A DIR_B METRICS_FILE
     { echo "FAIL: $3 differs between $1 and $2"; diff <(strip_measurements "$1/$3") <(strip_measurements "$2/$3") | head; exit 1; }
 }
 
+offload() {  # offload N: the moments of N = 4's ranks go to spill files
+  [ "$1" -eq 4 ] && echo policy.optimizer.offload_moments=true || echo policy.optimizer.offload_moments=false
+}
+
 for n in 1 2 4; do
-  run $n sft "$src/recipes/sft-arithmetic.yaml" "${task[@]}" "${sft[@]}" logger.log_dir="$work/sft-$n" > "$work/sft-$n.log"
+  run $n sft "$src/recipes/sft-arithmetic.yaml" "${task[@]}" "${sft[@]}" "$(offload $n)" logger.log_dir="$work/sft-$n" \
+    > "$work/sft-$n.log"
   [ $n -eq 1 ] || same_run "$work/sft-1" "$work/sft-$n" sft_metrics.jsonl
 done
 echo "sft: N = 1, 2, 4 identical"
 
 for recipe in grpo-bf16 grpo-fp8-e2e grpo-fp8-e2e-kv; do
   for n in 1 2 4; do
-    run $n train "$src/recipes/$recipe.yaml" "${task[@]}" "${grpo[@]}" grpo.max_num_steps=3 \
+    run $n train "$src/recipes/$recipe.yaml" "${task[@]}" "${grpo[@]}" grpo.max_num_steps=3 "$(offload $n)" \
       logger.log_dir="$work/$recipe-$n" > "$work/$recipe-$n.log"
     [ $n -eq 1 ] || same_run "$work/$recipe-1" "$work/$recipe-$n" metrics.jsonl
   done
@@ -103,7 +109,7 @@ if "${mpi[@]}" -np 2 "$killer" "$bin" train "$src/recipes/grpo-bf16.yaml" "${tas
   echo "FAIL: the job went on with a killed rank"; cat "$work/killed.log"; exit 1
 fi
 grep -q "rank 1" "$work/killed.log" || { echo "FAIL: the error does not name rank 1"; cat "$work/killed.log"; exit 1; }
-run 4 train "$src/recipes/grpo-bf16.yaml" "${task[@]}" "${grpo[@]}" "${steps[@]}" logger.log_dir="$work/killed" \
-  --resume > "$work/resumed.log"
+run 4 train "$src/recipes/grpo-bf16.yaml" "${task[@]}" "${grpo[@]}" "${steps[@]}" "$(offload 4)" \
+  logger.log_dir="$work/killed" --resume > "$work/resumed.log"
 same_run "$work/whole" "$work/killed" metrics.jsonl
 echo "killed rank: error, and --resume on 4 ranks matches the uninterrupted run"

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -104,6 +105,42 @@ TEST(Safetensors, FileBytesDoNotDependOnInsertionOrder) {
   w1.write(tmp / "1.safetensors");
   w2.write(tmp / "2.safetensors");
   EXPECT_EQ(read_file_bytes(tmp / "1.safetensors"), read_file_bytes(tmp / "2.safetensors"));
+}
+
+// A streamed tensor (its bytes asked for in pieces) gives the file a view of the same bytes does,
+// over several pieces and a last partial one; `expect` names what does not match.
+TEST(Safetensors, StreamedTensorsWriteTheSameBytesAsViews) {
+  TempDir tmp;
+  const Tensor big = patterned(DType::kF32, {3, 700001}, 5), small = patterned(DType::kU8, {5}, 6);
+  SafetensorsWriter viewed, streamed;
+  viewed.add("big", big.view());
+  viewed.add("small", small.view());
+  std::vector<std::pair<int64_t, int64_t>> pieces;
+  streamed.add_streamed("big", DType::kF32, big.shape(), [&](int64_t first, int64_t n, void* dst) {
+    pieces.emplace_back(first, n);
+    std::memcpy(dst, big.data<float>() + first, static_cast<size_t>(n) * sizeof(float));
+  });
+  streamed.add_streamed("small", DType::kU8, small.shape(), [&](int64_t first, int64_t n, void* dst) {
+    std::memcpy(dst, small.data<uint8_t>() + first, static_cast<size_t>(n));
+  });
+  viewed.write(tmp / "v.safetensors");
+  streamed.write(tmp / "s.safetensors");
+  EXPECT_EQ(read_file_bytes(tmp / "v.safetensors"), read_file_bytes(tmp / "s.safetensors"));
+  ASSERT_GT(pieces.size(), 1u);
+  int64_t next = 0;
+  for (const auto& [first, n] : pieces) {
+    EXPECT_EQ(first, next);
+    next += n;
+  }
+  EXPECT_EQ(next, big.numel());
+  const SafetensorsFile file = SafetensorsFile::open(tmp / "s.safetensors");
+  EXPECT_NO_THROW(file.expect("big", DType::kF32, big.shape()));
+  EXPECT_THAT(error_of([&] {
+                file.expect("big", DType::kF32, {3, 700000});
+              }),
+              HasSubstr("tensor 'big': expected shape [3, 700000], found [3, 700001]"));
+  EXPECT_THAT(error_of([&] { file.expect("big", DType::kBF16, big.shape()); }),
+              HasSubstr("tensor 'big': expected dtype BF16, found F32"));
 }
 
 TEST(Safetensors, StridedViewsAreWrittenAndReadRowMajor) {

@@ -1,12 +1,21 @@
-// AdamW against a hand-computed update; clipping; schedules; non-finite gradients.
+// AdamW against a hand-computed update; clipping; schedules; non-finite gradients; shards and
+// offloaded moments against the whole optimizer in memory.
+#include "model/optimizer.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <string>
 #include <vector>
 
-#include "model/optimizer.h"
+#include "core/check.h"
+#include "io/safetensors.h"
+#include "model/checkpoint.h"
+#include "tests/test_temp_dir.h"
 
 namespace fp8rl {
 namespace {
@@ -85,7 +94,106 @@ TEST(AdamW, ShardsTakeTheWholeStepsBits) {
     second.step_with_norm(shard_p.data(), shard_g.data(), 1e-2, std::sqrt(sum));
     ASSERT_EQ(0, std::memcmp(whole_p.data(), shard_p.data(), whole_p.size() * sizeof(float))) << "step " << step;
   }
-  EXPECT_EQ(first.first_moment().size(), static_cast<size_t>(kAdamWChunk));
+  EXPECT_EQ(first.end() - first.begin(), kAdamWChunk);
+}
+
+// Moments offloaded to a spill file (policy.optimizer.offload_moments), whole or as shards: the
+// in-memory optimizer's parameters and moments, bit for bit, over steps that clip.
+TEST(AdamW, OffloadedMomentsGiveTheSameBits) {
+  ModelConfig c = model_preset("tiny", 512);
+  ParamLayout layout(c);
+  AdamWConfig cfg;
+  cfg.max_grad_norm = 0.5;
+  const int64_t n = layout.numel();
+  std::vector<float> p(static_cast<size_t>(n)), g(p.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    p[i] = std::sin(0.37f * static_cast<float>(i));
+    g[i] = 0.01f * std::cos(1.3f * static_cast<float>(i));
+  }
+  std::vector<float> offloaded_p = p, shard_p = p;
+  const testing::TempDir tmp;
+  AdamW memory(layout, cfg), offloaded(layout, cfg, {}, tmp.path());
+  AdamW first(layout, cfg, {0, kAdamWChunk}, tmp.path()), second(layout, cfg, {kAdamWChunk, n}, tmp.path());
+  EXPECT_FALSE(memory.moments_offloaded());
+  EXPECT_TRUE(offloaded.moments_offloaded());
+  for (int step = 0; step < 3; ++step) {
+    const double norm = memory.step(p.data(), g.data(), 1e-2);
+    EXPECT_EQ(norm, offloaded.step(offloaded_p.data(), g.data(), 1e-2));
+    first.step_with_norm(shard_p.data(), g.data(), 1e-2, norm);
+    second.step_with_norm(shard_p.data(), g.data(), 1e-2, norm);
+    ASSERT_EQ(0, std::memcmp(p.data(), offloaded_p.data(), p.size() * sizeof(float))) << "step " << step;
+    ASSERT_EQ(0, std::memcmp(p.data(), shard_p.data(), p.size() * sizeof(float))) << "step " << step;
+  }
+  for (const Moment moment : {Moment::kFirst, Moment::kSecond}) {
+    std::vector<float> expected(static_cast<size_t>(n)), got(expected.size()), shards(expected.size());
+    memory.read_moment(moment, 0, n, expected.data());
+    offloaded.read_moment(moment, 0, n, got.data());
+    first.read_moment(moment, 0, kAdamWChunk, shards.data());
+    second.read_moment(moment, kAdamWChunk, n - kAdamWChunk, shards.data() + kAdamWChunk);
+    EXPECT_EQ(0, std::memcmp(expected.data(), got.data(), got.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(expected.data(), shards.data(), got.size() * sizeof(float)));
+    EXPECT_NE(expected[7], 0.0f);
+  }
+  // Written moments are read back, in memory and offloaded alike.
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  for (AdamW* o : {&memory, &offloaded}) {
+    std::vector<float> back(values.size());
+    o->write_moment(Moment::kSecond, n - 3, 3, values.data());
+    o->read_moment(Moment::kSecond, n - 3, 3, back.data());
+    EXPECT_EQ(values, back);
+  }
+  EXPECT_THROW(offloaded.read_moment(Moment::kFirst, n - 1, 2, p.data()), Error);
+}
+
+// optimizer.safetensors read into shards (data-parallel ranks) in memory and offloaded, where a
+// shard starts inside a row of a tensor (hidden size 96: 65,536 is no multiple of it).
+TEST(AdamW, StateLoadsIntoShardsThatStartInsideARow) {
+  ModelConfig c = model_preset("tiny", 1000);
+  c.d_model = 96;
+  c.validate();
+  ParamLayout layout(c);
+  const int64_t n = layout.numel();
+  ASSERT_GT(n, kAdamWChunk);
+  const auto inside = std::find_if(layout.tensors().begin(), layout.tensors().end(), [](const ParamInfo& p) {
+    return p.offset < kAdamWChunk && kAdamWChunk < p.offset + p.shape.numel();
+  });
+  ASSERT_NE(inside, layout.tensors().end());
+  ASSERT_NE((kAdamWChunk - inside->offset) % (inside->shape.numel() / inside->shape[0]), 0);
+  std::vector<float> m(static_cast<size_t>(n)), v(m.size());
+  for (size_t i = 0; i < m.size(); ++i) m[i] = 0.5f * static_cast<float>(i), v[i] = -static_cast<float>(i);
+  const testing::TempDir tmp;
+  SafetensorsWriter state;
+  for (const ParamInfo& p : layout.tensors()) {
+    state.add("exp_avg." + p.name, TensorView::contiguous(m.data() + p.offset, DType::kF32, p.shape));
+    state.add("exp_avg_sq." + p.name, TensorView::contiguous(v.data() + p.offset, DType::kF32, p.shape));
+  }
+  state.set_metadata("step", "3");
+  state.write(tmp / "optimizer.safetensors");
+  for (const bool offloaded : {false, true}) {
+    const std::filesystem::path spill = offloaded ? tmp.path() : std::filesystem::path();
+    AdamW first(layout, AdamWConfig{}, {0, kAdamWChunk}, spill), second(layout, AdamWConfig{}, {kAdamWChunk, n}, spill);
+    std::vector<float> got_m(m.size()), got_v(m.size());
+    for (AdamW* shard : {&first, &second}) {
+      load_optimizer_state(tmp.path(), *shard);
+      EXPECT_EQ(shard->steps_taken(), 3);
+      const int64_t b = shard->begin(), e = shard->end();
+      shard->read_moment(Moment::kFirst, b, e - b, got_m.data() + b);
+      shard->read_moment(Moment::kSecond, b, e - b, got_v.data() + b);
+    }
+    EXPECT_EQ(got_m, m) << "offloaded " << offloaded;
+    EXPECT_EQ(got_v, v) << "offloaded " << offloaded;
+  }
+}
+
+TEST(AdamW, OffloadingToAMissingDirectoryNamesIt) {
+  ModelConfig c = model_preset("tiny", 8);
+  ParamLayout layout(c);
+  try {
+    AdamW opt(layout, AdamWConfig{}, {}, "/nonexistent/spill-here");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/spill-here"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LrSchedule, WarmupConstantAndCosine) {

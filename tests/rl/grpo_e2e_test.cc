@@ -195,8 +195,9 @@ TEST(GrpoEndToEnd, Fp8EndToEndRaisesTheRewardWithExactAgreement) {
               result.val_accuracy_before, result.val_accuracy_after);
 }
 
-// The same seed gives the same metrics, also with activation checkpointing and every phase's
-// memory released between phases; a resumed run equals an uninterrupted one.
+// The same seed gives the same metrics, also with activation checkpointing, every phase's memory
+// released between phases and the AdamW moments offloaded; a resumed run equals an uninterrupted
+// one (its checkpoint written from, and read back into, offloaded moments).
 TEST(GrpoEndToEnd, SameSeedSameMetricsAndResumeMatchesAnUninterruptedRun) {
   const testing::TempDir tmp;
   const fs::path a = tmp / "a", b = tmp / "b", c = tmp / "c";
@@ -205,23 +206,27 @@ TEST(GrpoEndToEnd, SameSeedSameMetricsAndResumeMatchesAnUninterruptedRun) {
     RunConfig cfg;
     run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", grpo_overrides(a, 4)), false);
   }
-  {  // the same run with every phase's memory released and per-layer recomputation: the same bits
+  {  // the same run with every phase's memory released, per-layer recomputation and offloaded
+     // moments: the same bits
     ConfigSchema s;
     RunConfig cfg;
     std::vector<std::string> o = grpo_overrides(b, 4);
-    o.insert(o.end(), {"policy.release_memory_between_phases=true", "policy.activation_checkpointing=true"});
+    o.insert(o.end(), {"policy.release_memory_between_phases=true", "policy.activation_checkpointing=true",
+                       "policy.optimizer.offload_moments=true"});
     run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", o), false);
   }
   EXPECT_EQ(read_metrics(a, true), read_metrics(b, true));
+  std::vector<std::string> offloaded = grpo_overrides(c, 4);
+  offloaded.push_back("policy.optimizer.offload_moments=true");
   {  // interrupted after 2 steps, then resumed to 4
     ConfigSchema s;
     RunConfig cfg;
-    run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", grpo_overrides(c, 4)), false, /*stop_after=*/2);
+    run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", offloaded), false, /*stop_after=*/2);
   }
   {
     ConfigSchema s;
     RunConfig cfg;
-    run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", grpo_overrides(c, 4)), true);
+    run_grpo_job(cfg, load(cfg, s, "grpo-fp8-e2e-kv.yaml", offloaded), true);
   }
   EXPECT_EQ(read_metrics(a, true), read_metrics(c, true));
 }

@@ -175,11 +175,12 @@ void save_checkpoint(const Communicator& comm, const std::filesystem::path& dir,
     whole.emplace(model.layout(), optimizer.config());
     whole->set_steps_taken(optimizer.steps_taken());
   }
-  auto& mine = const_cast<AdamW&>(optimizer);
-  comm.gather_to_root(mine.first_moment().data(), whole ? whole->first_moment().data() : nullptr, counts.data(),
-                      offsets.data());
-  comm.gather_to_root(mine.second_moment().data(), whole ? whole->second_moment().data() : nullptr, counts.data(),
-                      offsets.data());
+  // This rank's shard of each moment, from wherever it lives, to its place in the whole.
+  std::vector<float> mine(static_cast<size_t>(optimizer.end() - optimizer.begin()));
+  for (const Moment moment : {Moment::kFirst, Moment::kSecond}) {
+    optimizer.read_moment(moment, optimizer.begin(), optimizer.end() - optimizer.begin(), mine.data());
+    comm.gather_to_root(mine.data(), whole ? whole->moment_data(moment) : nullptr, counts.data(), offsets.data());
+  }
   if (comm.is_root()) fp8rl::save_checkpoint(dir, model, &*whole, trainer_state, model_source);
   comm.barrier();  // the checkpoint is whole before any rank goes on
 }
