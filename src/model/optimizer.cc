@@ -72,22 +72,25 @@ int64_t AdamW::spill_offset(Moment which, int64_t at) const {
 
 float* AdamW::moment_data(Moment which) {
   FP8RL_CHECK(!moments_offloaded(), "AdamW::moment_data: the moments are in a spill file, not in memory");
-  return which == Moment::kFirst ? m_.data() : v_.data();
+  return (which == Moment::kFirst ? m_ : v_).data();
+}
+
+void AdamW::check_moment_range(int64_t at, int64_t n) const {
+  FP8RL_CHECK(at >= begin_ && n >= 0 && at + n <= end_, "AdamW: moment elements [{}, {}) outside [{}, {})", at, at + n,
+              begin_, end_);
 }
 
 void AdamW::read_moment(Moment which, int64_t at, int64_t n, float* dst) const {
-  FP8RL_CHECK(at >= begin_ && n >= 0 && at + n <= end_, "AdamW: moment elements [{}, {}) outside [{}, {})", at, at + n,
-              begin_, end_);
+  check_moment_range(at, n);
   if (spill_) return spill_->read(spill_offset(which, at), dst, static_cast<size_t>(n) * sizeof(float));
-  const float* src = (which == Moment::kFirst ? m_.data() : v_.data()) + (at - begin_);
+  const float* src = (which == Moment::kFirst ? m_ : v_).data() + (at - begin_);
   std::copy(src, src + n, dst);
 }
 
 void AdamW::write_moment(Moment which, int64_t at, int64_t n, const float* src) {
-  FP8RL_CHECK(at >= begin_ && n >= 0 && at + n <= end_, "AdamW: moment elements [{}, {}) outside [{}, {})", at, at + n,
-              begin_, end_);
+  check_moment_range(at, n);
   if (spill_) return spill_->write(spill_offset(which, at), src, static_cast<size_t>(n) * sizeof(float));
-  std::copy(src, src + n, (which == Moment::kFirst ? m_.data() : v_.data()) + (at - begin_));
+  std::copy(src, src + n, (which == Moment::kFirst ? m_ : v_).data() + (at - begin_));
 }
 
 void AdamW::freeze(const std::function<bool(const ParamInfo&)>& frozen) { std::erase_if(tensors_, frozen); }

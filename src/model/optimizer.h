@@ -90,6 +90,7 @@ class AdamW {
   AlignedBuffer<float> m_, v_;        // in memory, or
   std::unique_ptr<SpillFile> spill_;  // offloaded: m at element i - begin, then v after end - begin
   int64_t spill_offset(Moment which, int64_t at) const;
+  void check_moment_range(int64_t at, int64_t n) const;
   int64_t step_ = 0;
 };
 
