@@ -6,7 +6,8 @@
 //   * line charts of validation accuracy, reward, token_mult_prob_error, gen_kl_error,
 //     is_oob_ratio, grad norm and response length: a thin line per run (seed), a thick one per
 //     preset (the mean of its runs);
-//   * the step time split per preset (every `timing.*` key of metrics.jsonl but "total", stacked);
+//   * the step time split per preset (the `timing.*` phases of metrics.jsonl, stacked: not "total",
+//     not the parts of "training", report/run_groups.h);
 //   * each run's effective config.yaml in a <details> element, and the reader's warnings.
 //
 // The tables are static HTML; the charts are drawn by src/report/report_page.js, which also

@@ -113,6 +113,7 @@ std::vector<std::string> timing_keys(const std::vector<const RunMetrics*>& runs)
     for (const std::string& metric : run->metric_order) {
       if (!metric.starts_with("timing.") || metric == "timing.total") continue;
       const std::string key = metric.substr(7);
+      if (key == "optimizer" || key == "communication") continue;  // parts of "training"; stacked, counted twice
       if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
     }
   }

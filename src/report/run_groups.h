@@ -44,7 +44,7 @@ struct GroupSummary {
   double gen_kl_error = 0;
   double is_oob_ratio = 0;
   double step_seconds = 0;  // timing.total (or the sum of the parts), per-run mean, averaged over runs
-  // timing.<key> without "total", in the order metrics.jsonl has them: (key, mean seconds).
+  // timing.<key> for timing_keys, in the order metrics.jsonl has them: (key, mean seconds).
   std::vector<std::pair<std::string, double>> time_split;
 };
 
@@ -58,8 +58,9 @@ struct AccuracyDifference {
 };
 std::vector<AccuracyDifference> final_accuracy_differences(const std::vector<GroupSummary>& summaries);
 
-// The timing keys ("generation", "logprobs", ...) that any of the runs has, without "total", in
-// the order first seen.
+// The timing keys ("generation", "logprobs", ...) that any of the runs has, in the order first
+// seen: the phases of a step, so without "total" and without the parts of "training"
+// ("optimizer", "communication").
 std::vector<std::string> timing_keys(const std::vector<const RunMetrics*>& runs);
 
 }  // namespace fp8rl::report

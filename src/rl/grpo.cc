@@ -171,6 +171,7 @@ std::vector<QkvScales> scales_from_json(const nlohmann::json& state, const fs::p
 struct StepTimings {
   double generation = 0, logprobs = 0, training = 0, refit = 0, kv_calibration = 0, total = 0;
   double communication = 0;  // within training, with several processes
+  double optimizer = 0;      // within training: the AdamW steps and the updated weights' requantization
 };
 
 // A step's rollouts, scored, with the generator's figures.
@@ -185,6 +186,7 @@ struct TrainingResult {
   GrpoMetricSums sums;
   double grad_norm = 0, lr = 0;  // of the last optimizer step
   int64_t skipped = 0;  // optimizer steps skipped for a non-finite loss or gradient
+  double optimizer_seconds = 0;  // the AdamW steps and the requantization of the updated weights
 };
 
 // The micro-batches [m0, m1) of the rollouts, per optimizer step.
@@ -576,6 +578,7 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
     for (const std::vector<std::byte>& bytes : acc.outputs) out.sums.merge(dist::from_bytes<GrpoMetricSums>(bytes));
     *communication_seconds += acc.communication_seconds;
     out.lr = schedule_.lr_at(config_.adam.lr, optimizer_.steps_taken() + skipped_total_ + out.skipped);
+    const Timer optimizer_timer;
     out.grad_norm = dist::optimizer_step(comm_, optimizer_, policy_, out.lr, communication_seconds);
     if (std::isfinite(out.grad_norm)) {
       skipped_in_a_row_ = 0;
@@ -584,6 +587,7 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
       ++out.skipped;
       ++skipped_in_a_row_;
     }
+    out.optimizer_seconds += optimizer_timer.seconds();
   }
   skipped_total_ += out.skipped;
   if (release_memory_) {  // until the next step's training
@@ -706,6 +710,7 @@ void print_step(ProgressLine& progress, const RunConfig& config, int64_t step, c
 void add_measurements(nlohmann::ordered_json& line, const StepTimings& time, int64_t tokens) {
   line["timing"] = {{"generation", time.generation}, {"logprobs", time.logprobs}, {"training", time.training},
                     {"refit", time.refit},           {"kv_calibration", time.kv_calibration}, {"total", time.total}};
+  line["timing"]["optimizer"] = time.optimizer;                                        // part of training
   if (dist::world().size() > 1) line["timing"]["communication"] = time.communication;  // part of training
   line["tokens_per_s"] = {{"generation", static_cast<double>(tokens) / time.generation},
                           {"training", static_cast<double>(tokens) / time.training}};
@@ -720,9 +725,13 @@ struct RunTotals {
   int64_t steps = 0, skipped = 0, kv_waited = 0;
 
   void add(const StepTimings& t, const GrpoMetrics& m, const TrainingResult& trained, const StepRollouts& s) {
-    for (auto [total, part] : {std::pair{&time.generation, t.generation}, {&time.logprobs, t.logprobs},
-                               {&time.training, t.training}, {&time.refit, t.refit},
-                               {&time.kv_calibration, t.kv_calibration}, {&time.total, t.total}})
+    for (auto [total, part] : {std::pair{&time.generation, t.generation},
+                               {&time.logprobs, t.logprobs},
+                               {&time.training, t.training},
+                               {&time.optimizer, t.optimizer},
+                               {&time.refit, t.refit},
+                               {&time.kv_calibration, t.kv_calibration},
+                               {&time.total, t.total}})
       *total += part;
     mult_prob_error += m.token_mult_prob_error;
     routing_mismatch += m.routing_mismatch;
@@ -734,12 +743,14 @@ struct RunTotals {
     const double n = static_cast<double>(steps);
     const std::string routing =
         std::isfinite(routing_mismatch) ? fmt::format("; mean routing_mismatch {:.5f}", routing_mismatch / n) : "";
-    fmt::print("grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}{}; mean step "
-               "{:.2f}s = generation {:.2f} + logprobs {:.2f} + training {:.2f} + refit {:.3f} + kv_calibration {:.3f}; "
-               "{} skipped optimizer steps; {} rollouts waited for KV cache pages; peak RSS {:.2f} GiB\n",
-               result.val_accuracy_before, result.val_accuracy_after, mult_prob_error / n, routing, time.total / n,
-               time.generation / n, time.logprobs / n, time.training / n, time.refit / n, time.kv_calibration / n, skipped,
-               kv_waited, gib(peak_rss_bytes()));
+    fmt::print(
+        "grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}{}; mean step "
+        "{:.2f}s = generation {:.2f} + logprobs {:.2f} + training {:.2f} (optimizer {:.2f}) + refit {:.3f} + "
+        "kv_calibration {:.3f}; {} skipped optimizer steps; {} rollouts waited for KV cache pages; peak RSS {:.2f} "
+        "GiB\n",
+        result.val_accuracy_before, result.val_accuracy_after, mult_prob_error / n, routing, time.total / n,
+        time.generation / n, time.logprobs / n, time.training / n, time.optimizer / n, time.refit / n,
+        time.kv_calibration / n, skipped, kv_waited, gib(peak_rss_bytes()));
   }
 };
 
@@ -764,6 +775,7 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
     time.logprobs = t.lap();
     const TrainingResult trained = job.train(s.rollouts, &time.communication);  // 5. optimizer steps
     time.training = t.lap();
+    time.optimizer = trained.optimizer_seconds;
     if (trained.skipped > 0) {  // warns; stops a diverged run
       progress.end_line();
       job.check_divergence(step, trained.skipped);

@@ -41,7 +41,8 @@ std::string metrics_line(int step, double offset, bool with_val) {
                   0.01 * offset, 0.5 + 0.1 * std::sin(t), 1.0 + offset, 1.0 + 2 * offset + 0.001 * t);
   if (with_val) line += fmt::format(R"("val_accuracy":{},)", 0.6 + 0.005 * t + offset);
   line += fmt::format(
-      R"("timing":{{"generation":{},"logprobs":0.01,"training":{},"refit":0.002,"kv_calibration":{},"total":{}}},)"
+      R"("timing":{{"generation":{},"logprobs":0.01,"training":{},"optimizer":0.03,"communication":0.01,"refit":0.002,)"
+      R"("kv_calibration":{},"total":{}}},)"
       R"("tokens_per_s":{{"generation":1000.0,"training":2000.0}}}})",
       0.02 + offset, 0.14, offset > 0 ? 0.006 : 0.0, 0.172 + offset + (offset > 0 ? 0.006 : 0.0));
   return line + "\n";
@@ -177,7 +178,7 @@ TEST(RunGroups, GroupsByPresetAndSummarizesLikeTheResultsTable) {
   EXPECT_NEAR(s.reward_first, 0.4 + 0.03 + 0.1, 1e-12);                       // steps 1..5 of both
   EXPECT_NEAR(s.reward_last, 0.4 + 0.1 + (0.01 * 18 + 0.01 * 8) / 2, 1e-12);  // steps 16..20 and 6..10
   EXPECT_NEAR(s.is_oob_ratio, 0.001, 1e-12);
-  ASSERT_EQ(s.time_split.size(), 5u);
+  ASSERT_EQ(s.time_split.size(), 5u);  // the phases: not "optimizer" or "communication", parts of "training"
   EXPECT_EQ(s.time_split[0].first, "generation");
   EXPECT_NEAR(s.time_split[0].second, 0.12, 1e-12);
   EXPECT_EQ(s.time_split[4].first, "kv_calibration");

@@ -64,6 +64,9 @@ TEST(RealShape, Qwen3WidthAndVocabularyGrpoWithExactAgreement) {
     const nlohmann::json j = nlohmann::json::parse(line);
     EXPECT_EQ(j.at("token_mult_prob_error").get<double>(), 1.0) << line;  // exact, at 151,936 logits
     EXPECT_GT(j.at("memory").at("peak_rss_gib").get<double>(), 0.5) << line;
+    const nlohmann::json& t = j.at("timing");  // the optimizer's part of training: timed, and within it
+    EXPECT_GT(t.at("optimizer").get<double>(), 0.0) << line;
+    EXPECT_LT(t.at("optimizer").get<double>(), t.at("training").get<double>()) << line;
     ++steps;
   }
   EXPECT_EQ(steps, 2);
