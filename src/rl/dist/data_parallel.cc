@@ -6,6 +6,7 @@
 
 #include "core/aligned_buffer.h"
 #include "core/timer.h"
+#include "io/spill_file.h"
 
 namespace fp8rl::dist {
 namespace {
@@ -13,6 +14,8 @@ namespace {
 // Floats received per all-to-all (16 MiB): each rank's range of the gradient moves in pieces of
 // kExchangeFloats / N.
 constexpr int64_t kExchangeFloats = int64_t{1} << 22;
+// Floats of a moment gathered to rank 0 at a time for a checkpoint (4 MiB).
+constexpr int64_t kGatherBand = int64_t{1} << 20;
 
 // One rank's message of a round: its micro-batch's `run` bytes and embedding term.
 std::vector<std::byte> pack_round(const std::vector<std::byte>& output, const EmbeddingRowGrads& rows) {
@@ -164,22 +167,33 @@ void save_checkpoint(const Communicator& comm, const std::filesystem::path& dir,
     return;
   }
   // Rank 0 gathers every shard's moments into a whole optimizer for the file, writes, frees it.
-  std::vector<int64_t> counts, offsets;
-  for (int q = 0; q < comm.size(); ++q) {
-    const ParamRange r = optimizer_range(model.num_params(), q, comm.size());
-    offsets.push_back(r.begin);
-    counts.push_back(r.end - r.begin);
-  }
+  // Its moments live where the shards' do: in a spill file when they are offloaded, so that no
+  // process ever holds them whole in memory.
   std::optional<AdamW> whole;
   if (comm.is_root()) {
-    whole.emplace(model.layout(), optimizer.config());
+    whole.emplace(model.layout(), optimizer.config(), ParamRange{},
+                  optimizer.moments_offloaded() ? spill_directory_for(dir) : std::filesystem::path{});
     whole->set_steps_taken(optimizer.steps_taken());
   }
-  // This rank's shard of each moment, from wherever it lives, to its place in the whole.
-  std::vector<float> mine(static_cast<size_t>(optimizer.end() - optimizer.begin()));
+  // Band by band of the flat parameter array: each rank sends the part of the band in its shard.
+  const int64_t n = model.num_params();
+  std::vector<ParamRange> shards;
+  for (int q = 0; q < comm.size(); ++q) shards.push_back(optimizer_range(n, q, comm.size()));
+  std::vector<float> part(static_cast<size_t>(kGatherBand)), band(comm.is_root() ? part.size() : 0);
+  std::vector<int64_t> counts(shards.size()), offsets(shards.size());
   for (const Moment moment : {Moment::kFirst, Moment::kSecond}) {
-    optimizer.read_moment(moment, optimizer.begin(), optimizer.end() - optimizer.begin(), mine.data());
-    comm.gather_to_root(mine.data(), whole ? whole->moment_data(moment) : nullptr, counts.data(), offsets.data());
+    for (int64_t lo = 0; lo < n; lo += kGatherBand) {
+      const int64_t hi = std::min(n, lo + kGatherBand);
+      for (size_t q = 0; q < shards.size(); ++q) {
+        const int64_t from = std::max(lo, shards[q].begin), to = std::min(hi, shards[q].end);
+        counts[q] = std::max<int64_t>(0, to - from);
+        offsets[q] = counts[q] > 0 ? from - lo : 0;
+      }
+      const auto me = static_cast<size_t>(comm.rank());
+      if (counts[me] > 0) optimizer.read_moment(moment, lo + offsets[me], counts[me], part.data());
+      comm.gather_to_root(part.data(), band.data(), counts.data(), offsets.data());
+      if (whole) whole->write_moment(moment, lo, hi - lo, band.data());
+    }
   }
   if (comm.is_root()) fp8rl::save_checkpoint(dir, model, &*whole, trainer_state, model_source);
   comm.barrier();  // the checkpoint is whole before any rank goes on

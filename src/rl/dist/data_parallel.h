@@ -61,8 +61,9 @@ double optimizer_step(const Communicator& comm, AdamW& optimizer, Transformer& m
                       double* seconds = nullptr);
 
 // The checkpoint of a data-parallel run, in the usual layout: rank 0 gathers the shards' moments
-// (for the time of the write it holds the whole optimizer state) and writes; every rank returns
-// once the checkpoint is whole. Alone, fp8rl::save_checkpoint.
+// a band at a time into a whole optimizer (in memory for the time of the write, or in a spill file
+// by `dir` when the shards' moments are offloaded) and writes; every rank returns once the
+// checkpoint is whole. Alone, fp8rl::save_checkpoint.
 void save_checkpoint(const Communicator& comm, const std::filesystem::path& dir, const Transformer& model,
                      const AdamW& optimizer, const nlohmann::json& trainer_state,
                      const std::filesystem::path& model_source);
