@@ -708,10 +708,15 @@ void print_step(ProgressLine& progress, const RunConfig& config, int64_t step, c
 
 // The measured parts of a step's metrics line: the phase timings, throughput and peak memory.
 void add_measurements(nlohmann::ordered_json& line, const StepTimings& time, int64_t tokens) {
-  line["timing"] = {{"generation", time.generation}, {"logprobs", time.logprobs}, {"training", time.training},
-                    {"refit", time.refit},           {"kv_calibration", time.kv_calibration}, {"total", time.total}};
-  line["timing"]["optimizer"] = time.optimizer;                                        // part of training
-  if (dist::world().size() > 1) line["timing"]["communication"] = time.communication;  // part of training
+  nlohmann::ordered_json& timing = line["timing"];
+  timing["generation"] = time.generation;
+  timing["logprobs"] = time.logprobs;
+  timing["training"] = time.training;
+  timing["optimizer"] = time.optimizer;                                        // part of training
+  if (dist::world().size() > 1) timing["communication"] = time.communication;  // part of training
+  timing["refit"] = time.refit;
+  timing["kv_calibration"] = time.kv_calibration;
+  timing["total"] = time.total;
   line["tokens_per_s"] = {{"generation", static_cast<double>(tokens) / time.generation},
                           {"training", static_cast<double>(tokens) / time.training}};
   line["memory"] = {{"peak_rss_gib", gib(peak_rss_bytes())}};  // the process's peak so far (a measurement, like timing)
