@@ -181,6 +181,7 @@ void save_checkpoint(const Communicator& comm, const std::filesystem::path& dir,
   for (int q = 0; q < comm.size(); ++q) shards.push_back(optimizer_range(n, q, comm.size()));
   std::vector<float> part(static_cast<size_t>(kGatherBand)), band(comm.is_root() ? part.size() : 0);
   std::vector<int64_t> counts(shards.size()), offsets(shards.size());
+  const auto me = static_cast<size_t>(comm.rank());
   for (const Moment moment : {Moment::kFirst, Moment::kSecond}) {
     for (int64_t lo = 0; lo < n; lo += kGatherBand) {
       const int64_t hi = std::min(n, lo + kGatherBand);
@@ -189,7 +190,6 @@ void save_checkpoint(const Communicator& comm, const std::filesystem::path& dir,
         counts[q] = std::max<int64_t>(0, to - from);
         offsets[q] = counts[q] > 0 ? from - lo : 0;
       }
-      const auto me = static_cast<size_t>(comm.rank());
       if (counts[me] > 0) optimizer.read_moment(moment, lo + offsets[me], counts[me], part.data());
       comm.gather_to_root(part.data(), band.data(), counts.data(), offsets.data());
       if (whole) whole->write_moment(moment, lo, hi - lo, band.data());
