@@ -26,6 +26,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <regex>
@@ -53,8 +54,8 @@ double peak_bf16_dot_gflops(int64_t iterations);  // AVX-512 region at the end o
 double peak_amx_bf16_gflops(int64_t iterations);  // AMX region at the end of this file
 double peak_fma_avx2_gflops(int64_t iterations);  // AVX2 region at the end of this file
 // bench_attention.cc: the decode attention cases on `isas` whose key wanted() accepts.
-void run_attention_cases(const BenchOptions& options, double bandwidth_gbps, const std::vector<Isa>& isas,
-                         bool (*wanted)(const std::string&));
+void run_attention_cases(const BenchOptions& options, const std::function<double()>& bandwidth_gbps,
+                         const std::vector<Isa>& isas, bool (*wanted)(const std::string&));
 
 namespace {
 
@@ -377,17 +378,22 @@ void run_kernels_bench(const BenchOptions& options) {
     peak_amx = fastest(runs);
     emit({{"suite", "kernels"}, {"case", "peak_amx_bf16"}, {"threads", 1}, {"gflops", peak_amx}}, options);
   }
-  const bool gemv = gemv_cases_wanted();
+  // The streaming read bandwidth, measured (and printed) once, before the first case compared with it.
   double bandwidth = 0.0;
-  if (gemv) {
-    bandwidth = measure_read_bandwidth_gbps(int64_t{1} << 30, options.repeats);
-    emit({{"suite", "kernels"},
-          {"case", "read_bandwidth"},
-          {"threads", 1},
-          {"gbps", bandwidth},
-          {"bytes", int64_t{1} << 30}},
-         options);
-  }
+  const auto read_bandwidth = [&] {
+    if (bandwidth == 0.0) {
+      bandwidth = measure_read_bandwidth_gbps(int64_t{1} << 30, options.repeats);
+      emit({{"suite", "kernels"},
+            {"case", "read_bandwidth"},
+            {"threads", 1},
+            {"gbps", bandwidth},
+            {"bytes", int64_t{1} << 30}},
+           options);
+    }
+    return bandwidth;
+  };
+  const bool gemv = gemv_cases_wanted();
+  if (gemv) read_bandwidth();
 
   // The peer, printed as measured. A build without oneDNN says so in one record instead (the GEMM
   // lines then have no peer figures).
@@ -469,15 +475,13 @@ void run_kernels_bench(const BenchOptions& options) {
           emit(r, options);
         }
   }
-  if (gemv) run_gemv_cases(options, bandwidth);
+  if (gemv) run_gemv_cases(options, read_bandwidth());
 
   // Decode attention: AMX machines run the AVX-512 attention kernels, so that level is not repeated.
   std::vector<Isa> attention_isas;
   for (Isa isa : fast_isas())
     if (isa != Isa::kAmx) attention_isas.push_back(isa);
-  if (bandwidth == 0.0 && wanted("attention_decode"))
-    bandwidth = measure_read_bandwidth_gbps(int64_t{1} << 30, options.repeats);
-  run_attention_cases(options, bandwidth, attention_isas, wanted);
+  run_attention_cases(options, read_bandwidth, attention_isas, wanted);
 }
 
 }  // namespace fp8rl::bench
