@@ -1,7 +1,8 @@
 // The `fp8rl` command: one binary, subcommands per job.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 #include <map>
@@ -12,10 +13,10 @@
 #include "core/check.h"
 #include "report/report_job.h"
 #include "rl/dist/communicator.h"
-#include "rl/recipe.h"
 #include "rl/generate_job.h"
-#include "rl/model_source.h"
 #include "rl/grpo.h"
+#include "rl/model_source.h"
+#include "rl/recipe.h"
 #include "rl/sft_job.h"
 
 namespace {
@@ -203,7 +204,13 @@ int main(int argc, char** argv) {
       throw fp8rl::Error("only `train` and `sft` run on several processes; run this command without mpirun");
     fp8rl::ConfigSchema schema;
     fp8rl::RunConfig run;
-    if (*generate) fp8rl::run_generate_job(load_generate_recipe(gen_flags, schema, run), gen);
+    if (*generate) {
+      gen.size_kv_cache_to_request =
+          gen_flags.recipe.empty() &&
+          std::none_of(gen_flags.overrides.begin(), gen_flags.overrides.end(),
+                       [](const std::string& o) { return o.starts_with("generation.kv_cache_bytes="); });
+      fp8rl::run_generate_job(load_generate_recipe(gen_flags, schema, run), gen);
+    }
     if (*sft.app) fp8rl::run_sft_job(run, load_recipe(sft, schema, run));
     if (*train.app) fp8rl::run_grpo_job(run, load_recipe(train, schema, run), resume, stop_after);
     if (*eval.app) {

@@ -497,9 +497,11 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
       const int64_t prefix_pages = new_prefix ? (plen(p) + kPageTokens - 1) / kPageTokens : 0;
       const int64_t own_pages = (own_tokens + kPageTokens - 1) / kPageTokens;
       if (prefix_pages + own_pages > kv_.free_pages()) {
-        FP8RL_CHECK(!active.empty() || !prefill.empty(),
-                    "generate: the KV cache ({} tokens) cannot hold one sequence of {} prompt + {} new tokens",
-                    kv_.capacity_tokens(), plen(p), opt.max_new_tokens);
+        FP8RL_REQUIRE(
+            !active.empty() || !prefill.empty(),
+            "generate: the KV cache ({} tokens, {} bytes each) cannot hold one sequence of {} prompt + {} new "
+            "tokens: raise generation.kv_cache_bytes",
+            kv_.capacity_tokens(), kv_.bytes_per_token(), plen(p), opt.max_new_tokens);
         // It waits, whole, until running sequences finish and free their pages, and so do the
         // samples queued behind it that a decode slot was free for; each is counted once.
         const size_t free_slots = static_cast<size_t>(options_.max_num_seqs) - active.size();

@@ -15,8 +15,10 @@ KvCache::KvCache(int64_t n_layers, int64_t n_kv_heads, int64_t head_dim, DType d
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), kv_dim_(n_kv_heads * head_dim), dtype_(dtype) {
   const int64_t page_bytes = bytes_per_token() * kPageTokens;
   num_pages_ = budget_bytes / page_bytes;
-  FP8RL_CHECK(num_pages_ >= 1, "KV cache budget of {} bytes holds no page of {} tokens ({} bytes per page)",
-              budget_bytes, kPageTokens, page_bytes);
+  FP8RL_REQUIRE(num_pages_ >= 1,
+                "the KV cache budget (generation.kv_cache_bytes) of {} bytes holds no page of {} tokens ({} bytes per "
+                "page)",
+                budget_bytes, kPageTokens, page_bytes);
   const size_t pool = static_cast<size_t>(num_pages_ * kPageTokens * kv_dim_ * element_bytes());
   for (int64_t l = 0; l < n_layers_; ++l) {
     k_pool_.emplace_back(pool);

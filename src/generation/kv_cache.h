@@ -60,7 +60,10 @@ class KvCache {
 
   DType dtype() const { return dtype_; }
   int64_t element_bytes() const { return dtype_ == DType::kE4M3 ? 1 : 2; }
-  int64_t bytes_per_token() const { return 2 * n_layers_ * kv_dim_ * element_bytes(); }
+  int64_t bytes_per_token() const { return bytes_per_token(n_layers_, kv_dim_, dtype_); }
+  static int64_t bytes_per_token(int64_t n_layers, int64_t kv_dim, DType dtype) {
+    return 2 * n_layers * kv_dim * (dtype == DType::kE4M3 ? 1 : 2);
+  }
   int64_t num_pages() const { return num_pages_; }
   int64_t capacity_tokens() const { return num_pages_ * kPageTokens; }
   int64_t storage_bytes() const;  // K/V pools plus the scales

@@ -8,11 +8,20 @@
 #include "core/check.h"
 #include "core/memory.h"
 #include "core/timer.h"
+#include "generation/kv_cache.h"
 #include "model/checkpoint.h"
-#include "rl/refit.h"
 #include "rl/model_source.h"
+#include "rl/refit.h"
 
 namespace fp8rl {
+
+int64_t kv_budget_for_request(int64_t bytes_per_token, int64_t prompt_tokens, int64_t samples, int64_t max_new_tokens,
+                              int64_t max_num_seqs, int64_t configured_bytes, int64_t cap_bytes) {
+  const auto pages = [](int64_t tokens) { return (tokens + kPageTokens - 1) / kPageTokens; };
+  const int64_t needed =
+      (pages(prompt_tokens) + std::min(samples, max_num_seqs) * pages(max_new_tokens)) * kPageTokens * bytes_per_token;
+  return std::max(configured_bytes, std::min(needed, cap_bytes));
+}
 
 void run_generate_job(const RunConfig& run, const GenerateJobOptions& o) {
   const std::optional<std::string> dir = run.model_dir();
@@ -29,13 +38,20 @@ void run_generate_job(const RunConfig& run, const GenerateJobOptions& o) {
   const Timer clock;
   check_model_directory(checkpoint, config, policy.linear == Precision::kFP8 ? 1.0 : 2.0, "generation");
   Transformer trainer = load_frozen_model(checkpoint, policy);
-  const EngineOptions eo = run.engine_options();
-  GenerationEngine engine(config, policy, eo);
-  refit_generator_weights(trainer, engine);
   const std::vector<int32_t> prompt = tok.encode_prompt(o.prompt);
   FP8RL_REQUIRE(static_cast<int64_t>(prompt.size()) + run.max_new_tokens <= config.max_seq_len,
                 "generate: the prompt's {} tokens + --max-new-tokens {} exceed the model's max_seq_len {} ('{}')",
                 prompt.size(), run.max_new_tokens, config.max_seq_len, checkpoint);
+  EngineOptions eo = run.engine_options();
+  if (o.size_kv_cache_to_request) {
+    // Half of the memory available now at most: the rest stays for the activations and the OS.
+    const int64_t bytes_per_token = KvCache::bytes_per_token(config.n_layers, config.kv_dim(), eo.kv_dtype);
+    eo.kv_cache_bytes =
+        kv_budget_for_request(bytes_per_token, static_cast<int64_t>(prompt.size()), o.num_samples, run.max_new_tokens,
+                              eo.max_num_seqs, eo.kv_cache_bytes, available_memory_bytes() / 2);
+  }
+  GenerationEngine engine(config, policy, eo);
+  refit_generator_weights(trainer, engine);
   if (eo.kv_dtype == DType::kE4M3) {
     TokenBatch b = TokenBatch::empty(1, static_cast<int64_t>(prompt.size()), tok.pad());
     b.tokens = prompt;
@@ -70,11 +86,14 @@ void run_generate_job(const RunConfig& run, const GenerateJobOptions& o) {
   }
   // On stderr, so that stdout stays the same bits for the same inputs.
   fmt::print(stderr,
-             "generate: loaded in {:.2f} s, first tokens at {:.2f} s (prefill {} tokens {:.2f} s), decode {} tokens in {:.2f} s "
-             "({:.1f} tokens/s); peak RSS {:.2f} GiB\n",
+             "generate: loaded in {:.2f} s, first tokens at {:.2f} s (prefill {} tokens {:.2f} s), decode {} tokens in "
+             "{:.2f} s "
+             "({:.1f} tokens/s); KV cache {:.0f} MiB ({} tokens), {} samples at once, {} waited for KV pages; peak RSS "
+             "{:.2f} GiB\n",
              load_seconds, load_seconds + st.prefill_seconds, st.prefill_tokens, st.prefill_seconds, st.decode_tokens,
              st.decode_seconds, static_cast<double>(st.decode_tokens) / std::max(st.decode_seconds, 1e-9),
-             gib(peak_rss_bytes()));
+             static_cast<double>(engine.kv_cache().storage_bytes()) / (1 << 20), engine.kv_cache().capacity_tokens(),
+             st.peak_active, st.kv_waited, gib(peak_rss_bytes()));
 }
 
 }  // namespace fp8rl

@@ -386,6 +386,16 @@ double GrpoJob::start() {
                generator_.kv_cache().capacity_tokens(), generator_.kv_cache().storage_bytes() >> 20, P_, G_,
                comm_.size() > 1 ? fmt::format(" on {} processes x {} threads", comm_.size(), kernel_thread_pool().size()) : "",
                accuracy);
+    // A budget that cannot hold a step's rollouts decodes them in waves: say so once, with the
+    // budget that would hold their new tokens (their prompts' pages come on top).
+    const int64_t ranks = comm_.size(), rollouts = (P_ + ranks - 1) / ranks * G_;
+    const int64_t tokens = rollouts * ((gen_opts_.max_new_tokens + kPageTokens - 1) / kPageTokens) * kPageTokens;
+    if (generator_.kv_cache().capacity_tokens() < tokens)
+      fmt::print(
+          "grpo: note: the KV cache holds {} tokens, fewer than the {} new tokens of a step's {} rollouts{}: they "
+          "decode in waves (kv_waited in metrics.jsonl); generation.kv_cache_bytes >= {} lets them run together\n",
+          generator_.kv_cache().capacity_tokens(), tokens, rollouts, comm_.size() > 1 ? " per process" : "",
+          tokens * generator_.kv_cache().bytes_per_token());
     std::fflush(stdout);
   }
   return accuracy;

@@ -61,6 +61,23 @@ else
   fail "a misspelt override: exit status $status"; cat "$work/err"
 fi
 
+# Without --recipe or a generation.kv_cache_bytes override the KV budget holds every sample at
+# once; a budget given as an override is kept (here 4,096 bytes: at most one page, less than one
+# sample needs).
+"$bin" generate --checkpoint "$ckpt" --prompt 1+2= -n 12 --max-new-tokens 4 > /dev/null 2> "$work/err"
+if grep -q "12 samples at once, 0 waited for KV pages" "$work/err"; then
+  pass "no budget chosen: the 12 samples decode together"
+else
+  fail "no budget chosen: not all samples at once"; cat "$work/err"
+fi
+status=0
+"${gen[@]}" --max-new-tokens 4 generation.kv_cache_bytes=4096 > /dev/null 2> "$work/err" || status=$?
+if [ "$status" -eq 1 ] && grep -q "generation.kv_cache_bytes" "$work/err"; then
+  pass "an override's budget is kept: too small for one sample, exit 1 naming generation.kv_cache_bytes"
+else
+  fail "generation.kv_cache_bytes=4096: exit status $status"; cat "$work/err"
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1

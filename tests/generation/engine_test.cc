@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "model/transformer.h"
 #include "rl/evaluate.h"
+#include "rl/generate_job.h"
 #include "rl/refit.h"
 #include "tests/generation/engine_fixtures.h"
 
@@ -300,6 +301,34 @@ TEST(Generation, Fp8KvCacheHoldsTwiceTheTokens) {
   EXPECT_EQ(b.kv_cache().capacity_tokens(), 2 * a.kv_cache().capacity_tokens());
   EXPECT_EQ(a.kv_cache().bytes_per_token(), 2 * c.n_layers * c.kv_dim() * 2);
   EXPECT_LE(b.kv_cache().storage_bytes(), budget + 64 * c.n_layers);
+}
+
+// `fp8rl generate` without a chosen budget: kv_budget_for_request holds the prompt once and every
+// sample's own pages, so all samples decode together; one page less and a sample waits.
+TEST(Generation, AKvBudgetSizedToTheRequestAdmitsEverySampleAtOnce) {
+  const ModelConfig c = test_config(false);
+  const auto prompts = make_prompts(1, 7);
+  const int64_t samples = 6, new_tokens = 20, plen = static_cast<int64_t>(prompts[0].size());
+  const int64_t per_token = KvCache::bytes_per_token(c.n_layers, c.kv_dim(), DType::kBF16);
+  const int64_t budget = kv_budget_for_request(per_token, plen, samples, new_tokens, 64, 1024, INT64_MAX);
+  EXPECT_EQ(budget, (1 + samples * 2) * kPageTokens * per_token);  // 1 prompt page, 2 pages of 20 tokens each
+  Transformer t = make_trainer(c, Precision::kBF16, 1);
+  for (const int64_t bytes : {budget, budget - kPageTokens * per_token}) {
+    EngineOptions eo;
+    eo.kv_cache_bytes = bytes;
+    GenerationEngine e(c, t.policy(), eo);
+    refit_generator_weights(t, e);
+    GenerateOptions g = sampling_options(new_tokens, 1);
+    g.eos = -1;  // every sample runs to its last token
+    e.generate(prompts, static_cast<int>(samples), g);
+    EXPECT_EQ(e.last_stats().peak_active, bytes == budget ? samples : samples - 1) << bytes;
+    EXPECT_EQ(e.last_stats().kv_waited, bytes == budget ? 0 : 1) << bytes;
+  }
+  // At most max_num_seqs samples at once; never below the configured budget nor above the cap.
+  EXPECT_EQ(kv_budget_for_request(per_token, plen, samples, new_tokens, 2, 1024, INT64_MAX),
+            (1 + 2 * 2) * kPageTokens * per_token);
+  EXPECT_EQ(kv_budget_for_request(per_token, plen, samples, new_tokens, 64, budget * 2, INT64_MAX), budget * 2);
+  EXPECT_EQ(kv_budget_for_request(per_token, plen, samples, new_tokens, 64, 1024, 4096), 4096);
 }
 
 TEST(Generation, WeightUpdateLeavesNoStaleStateAndScalesAreValidated) {
