@@ -298,8 +298,8 @@ void run_capacity_case(const GenerateBenchSetup& s, const BenchOptions& options)
   const ModelConfig& c = s.config;
   // A sequence's pages: its prompt's (shared prefix) and its own for the new tokens.
   const int64_t prompt_tokens = s.long_context - s.long_new_tokens;
-  const int64_t pages = (prompt_tokens + kPageTokens - 1) / kPageTokens + (s.long_new_tokens + kPageTokens - 1) / kPageTokens;
-  const int64_t bf16_page_bytes = 2 * c.n_layers * c.kv_dim() * 2 * kPageTokens;
+  const int64_t pages = kv_pages_for(prompt_tokens) + kv_pages_for(s.long_new_tokens);
+  const int64_t bf16_page_bytes = KvCache::bytes_per_token(c.n_layers, c.kv_dim(), DType::kBF16) * kPageTokens;
   const int64_t budget = s.budget_bf16_sequences * pages * bf16_page_bytes;
   const int64_t sequences = 2 * s.budget_bf16_sequences;
   auto kv_bf16 = engine_from_trainer(c, Precision::kBF16, DType::kBF16, budget);

@@ -494,8 +494,8 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
       const bool new_prefix = opt.share_prefix && !pre.prefilled && pre.blocks.pages.empty();
       s->routing.resize(static_cast<size_t>((plen(p) + opt.max_new_tokens) * per_position));
       const int64_t own_tokens = (opt.share_prefix ? 0 : plen(p)) + opt.max_new_tokens;
-      const int64_t prefix_pages = new_prefix ? (plen(p) + kPageTokens - 1) / kPageTokens : 0;
-      const int64_t own_pages = (own_tokens + kPageTokens - 1) / kPageTokens;
+      const int64_t prefix_pages = new_prefix ? kv_pages_for(plen(p)) : 0;
+      const int64_t own_pages = kv_pages_for(own_tokens);
       if (prefix_pages + own_pages > kv_.free_pages()) {
         FP8RL_REQUIRE(
             !active.empty() || !prefill.empty(),

@@ -30,6 +30,8 @@ namespace fp8rl {
 const char* kv_dtype_name(DType d);
 
 inline constexpr int64_t kPageTokens = 16;
+// Pages that hold `tokens` positions (tokens >= 0).
+inline constexpr int64_t kv_pages_for(int64_t tokens) { return (tokens + kPageTokens - 1) / kPageTokens; }
 
 // One layer's scales of the Q/K/V quantization (FP8 KV cache and FP8 attention).
 struct QkvScales {

@@ -17,9 +17,8 @@ namespace fp8rl {
 
 int64_t kv_budget_for_request(int64_t bytes_per_token, int64_t prompt_tokens, int64_t samples, int64_t max_new_tokens,
                               int64_t max_num_seqs, int64_t configured_bytes, int64_t cap_bytes) {
-  const auto pages = [](int64_t tokens) { return (tokens + kPageTokens - 1) / kPageTokens; };
-  const int64_t needed =
-      (pages(prompt_tokens) + std::min(samples, max_num_seqs) * pages(max_new_tokens)) * kPageTokens * bytes_per_token;
+  const int64_t needed = (kv_pages_for(prompt_tokens) + std::min(samples, max_num_seqs) * kv_pages_for(max_new_tokens)) *
+                         kPageTokens * bytes_per_token;
   return std::max(configured_bytes, std::min(needed, cap_bytes));
 }
 
@@ -87,8 +86,7 @@ void run_generate_job(const RunConfig& run, const GenerateJobOptions& o) {
   // On stderr, so that stdout stays the same bits for the same inputs.
   fmt::print(stderr,
              "generate: loaded in {:.2f} s, first tokens at {:.2f} s (prefill {} tokens {:.2f} s), decode {} tokens in "
-             "{:.2f} s "
-             "({:.1f} tokens/s); KV cache {:.0f} MiB ({} tokens), {} samples at once, {} waited for KV pages; peak RSS "
+             "{:.2f} s ({:.1f} tokens/s); KV cache {:.0f} MiB ({} tokens), {} samples at once, {} waited for KV pages; peak RSS "
              "{:.2f} GiB\n",
              load_seconds, load_seconds + st.prefill_seconds, st.prefill_tokens, st.prefill_seconds, st.decode_tokens,
              st.decode_seconds, static_cast<double>(st.decode_tokens) / std::max(st.decode_seconds, 1e-9),

@@ -389,7 +389,7 @@ double GrpoJob::start() {
     // A budget that cannot hold a step's rollouts decodes them in waves: say so once, with the
     // budget that would hold their new tokens (their prompts' pages come on top).
     const int64_t ranks = comm_.size(), rollouts = (P_ + ranks - 1) / ranks * G_;
-    const int64_t tokens = rollouts * ((gen_opts_.max_new_tokens + kPageTokens - 1) / kPageTokens) * kPageTokens;
+    const int64_t tokens = rollouts * kv_pages_for(gen_opts_.max_new_tokens) * kPageTokens;
     if (generator_.kv_cache().capacity_tokens() < tokens)
       fmt::print(
           "grpo: note: the KV cache holds {} tokens, fewer than the {} new tokens of a step's {} rollouts{}: they "
