@@ -35,6 +35,35 @@ struct KvRows {
 // The BF16 operand word of an FP32 element: its top 16 bits.
 uint16_t high_word(float x) { return static_cast<uint16_t>(std::bit_cast<uint32_t>(x) >> 16); }
 
+// Whether the bf16 row function runs on AVX-512, which scores 16 keys at a time from transposed
+// key pairs (AttentionRows::key_pairs); the other levels read the key rows.
+bool uses_key_pairs() {
+  static const bool transposed = uses_avx512(resolve_isa(Isa::kAuto));
+  return transposed;
+}
+
+int64_t num_key_pairs(int64_t D) { return (D + 31) / 32 * 16; }
+
+// The stride of transposed pairs that holds positions [0, rows): an odd number of cache lines from
+// one pair's keys to the next, as a power-of-two stride would put the 64 lines a block of 16 keys
+// reads into two L1 sets.
+int64_t key_pairs_ld(int64_t rows) {
+  const int64_t lines = (rows + 15) / 16;
+  return (lines % 2 == 0 ? lines + 1 : lines) * 16;
+}
+
+// Positions [t0, t1) of BF16 operand words (position t's D words at words + t * words_ld) into
+// transposed pairs: pairs[p * ld + t] = word 2 p + 1 << 16 | word 2 p, zeros past D.
+void transpose_key_pairs(const uint16_t* words, int64_t words_ld, int64_t t0, int64_t t1, int64_t D, uint32_t* pairs,
+                         int64_t ld) {
+  for (int64_t t = t0; t < t1; ++t)
+    for (int64_t p = 0; p < num_key_pairs(D); ++p) {
+      const uint32_t even = 2 * p < D ? words[t * words_ld + 2 * p] : 0u;
+      const uint32_t odd = 2 * p + 1 < D ? words[t * words_ld + 2 * p + 1] : 0u;
+      pairs[p * ld + t] = odd << 16 | even;
+    }
+}
+
 // Sequence b's rows of kv head g. With `bf16` they are narrowed once to their BF16 operands (the
 // top 16 bits of each FP32 element, which is what the bf16 row function multiplies: the same bits
 // whatever the values) into `words` [2][T][D]: the row function then reads BF16 rows in place, as
@@ -52,19 +81,10 @@ KvRows kv_rows(const float* k, const float* v, const AttentionShape& s, int64_t 
     for (int64_t t = 0; t < s.T; ++t)
       for (int64_t d = 0; d < s.D; ++d) *out++ = high_word(src[t * ldkv + d]);
   KvRows rows{words.data(), words.data() + s.T * s.D, s.D, DType::kBF16};
-  static const bool transposed = uses_avx512(resolve_isa(Isa::kAuto));
-  if (!transposed) return rows;
-  // An odd number of cache lines from one pair's keys to the next: a power-of-two stride would put
-  // the 64 lines a block of 16 keys reads into two L1 sets.
-  const int64_t lines = (s.T + 15) / 16, ld = (lines % 2 == 0 ? lines + 1 : lines) * 16;
-  const int64_t num_pairs = (s.D + 31) / 32 * 16;
-  pairs.assign(static_cast<size_t>(num_pairs * ld), 0u);
-  const uint16_t* key_words = words.data();
-  for (int64_t t = 0; t < s.T; ++t)
-    for (int64_t p = 0; 2 * p < s.D; ++p) {
-      const uint32_t odd = 2 * p + 1 < s.D ? key_words[t * s.D + 2 * p + 1] : 0u;
-      pairs[static_cast<size_t>(p * ld + t)] = odd << 16 | key_words[t * s.D + 2 * p];
-    }
+  if (!uses_key_pairs()) return rows;
+  const int64_t ld = key_pairs_ld(s.T);
+  pairs.assign(static_cast<size_t>(num_key_pairs(s.D) * ld), 0u);
+  transpose_key_pairs(words.data(), s.D, 0, s.T, s.D, pairs.data(), ld);
   rows.key_pairs = pairs.data();
   rows.key_pairs_ld = ld;
   return rows;
@@ -114,6 +134,103 @@ void attention_forward(float* o, const float* q, const float* k, const float* v,
           q, kv, s, b, g, t0, rows, bf16, head_scales,
           [&](int64_t t, int64_t h) { return o + (b * s.T + t) * ldq + h * s.D; },
           [&](int64_t t, int64_t h) { return probs.data() + ((t - t0) * group + h - g * group) * s.T; }, queries);
+    }
+  });
+}
+
+void prefix_attention_forward(float* o, const float* q, const float* k, const float* v,
+                              const std::vector<int64_t>& context_begin, const std::vector<int32_t>& context,
+                              int64_t Hq, int64_t Hkv, int64_t D, bool bf16, const AttentionHeadScales* head_scales,
+                              AttentionKvWords& words) {
+  constexpr int64_t kRowsPerTask = 16;
+  const int64_t N = static_cast<int64_t>(context_begin.size()) - 1, ldq = Hq * D, ldkv = Hkv * D, group = Hq / Hkv;
+  FP8RL_CHECK(N >= 0 && Hq > 0 && Hkv > 0 && D > 0 && Hq % Hkv == 0,
+              "prefix attention: bad shape N={} Hq={} Hkv={} D={}", N, Hq, Hkv, D);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // The rows the calls read: FP32 as given, or under bf16 narrowed once for every call (as
+  // attention_forward does per sequence) into one block per kv head, [Hkv][N][D] (a head's rows
+  // adjacent, not Hkv * D apart, which would leave all but an eighth of the cache's sets unused at
+  // Hkv 8), with the keys transposed where the row function takes them so.
+  const void *k_rows = k, *v_rows = v;
+  DType element = DType::kF32;
+  const bool transposed = bf16 && uses_key_pairs();
+  const int64_t num_pairs = num_key_pairs(D), ld = transposed ? key_pairs_ld(N + 15) : 0;  // runs start at any row
+  if (bf16) {
+    words.k.resize(static_cast<size_t>(N * ldkv)), words.v.resize(static_cast<size_t>(N * ldkv));
+    if (transposed) words.key_pairs.resize(static_cast<size_t>(Hkv * num_pairs * ld));
+    words.ld = ld;
+    // 16 rows per task: each task writes whole cache lines of the pairs.
+    kernel_thread_pool().parallel_for((N + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
+      const int64_t n0 = task * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
+      for (int64_t g = 0; g < Hkv; ++g) {
+        for (int64_t n = n0; n < n1; ++n)
+          for (int64_t d = 0; d < D; ++d) {
+            words.k[static_cast<size_t>((g * N + n) * D + d)] = high_word(k[n * ldkv + g * D + d]);
+            words.v[static_cast<size_t>((g * N + n) * D + d)] = high_word(v[n * ldkv + g * D + d]);
+          }
+        if (transposed)
+          transpose_key_pairs(words.k.data() + g * N * D, D, n0, n1, D, words.key_pairs.data() + g * num_pairs * ld,
+                              ld);
+      }
+    });
+    for (int64_t p = 0; transposed && p < Hkv * num_pairs; ++p)  // past the last row: read, never stored
+      std::fill(words.key_pairs.data() + p * ld + N, words.key_pairs.data() + (p + 1) * ld, 0u);
+    k_rows = words.k.data(), v_rows = words.v.data(), element = DType::kBF16;
+  }
+  auto length = [&](int64_t n) {
+    return context_begin[static_cast<size_t>(n) + 1] - context_begin[static_cast<size_t>(n)];
+  };
+  // Whether row n's context is row n - 1's followed by n itself.
+  auto extends_previous = [&](int64_t n) {
+    const int64_t len = length(n);
+    return n > 0 && len >= 2 && len == length(n - 1) + 1 &&
+           context[static_cast<size_t>(context_begin[static_cast<size_t>(n)] + len - 2)] == n - 1;
+  };
+  // Rows whose context is the previous row's plus themselves (a sequence's own tokens, laid out
+  // one after another) go up to kRowsPerCall at a time through one call over the last one's runs,
+  // as attention_forward's blocks of rows do: each K/V row is read once for all of them (a query's
+  // bits do not depend on the other queries of its call).
+  kernel_thread_pool().parallel_for((N + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
+    std::vector<float> probs;
+    std::vector<std::pair<int64_t, int64_t>> spans;  // the runs' (first row, rows)
+    std::vector<AttentionRows> runs;
+    std::vector<AttentionQuery> queries;
+    const int64_t end = std::min(N, (task + 1) * kRowsPerTask);
+    for (int64_t n0 = task * kRowsPerTask; n0 < end;) {
+      int64_t n1 = n0 + 1;  // rows [n0, n1) share the runs of row n1 - 1
+      while (n1 < end && n1 - n0 < kRowsPerCall && extends_previous(n1)) ++n1;
+      const int64_t last = n1 - 1, len = length(last);
+      const int32_t* ctx = context.data() + context_begin[static_cast<size_t>(last)];
+      probs.resize(static_cast<size_t>((n1 - n0) * group * len));
+      spans.clear();
+      for (int64_t j = 0; j < len; ++j) {
+        if (j > 0 && ctx[j] == ctx[j - 1] + 1) {
+          ++spans.back().second;
+        } else {
+          spans.emplace_back(ctx[j], 1);
+        }
+      }
+      for (int64_t g = 0; g < Hkv; ++g) {
+        runs.clear();
+        for (const auto& [row, rows] : spans) {
+          const int64_t at = (bf16 ? (g * N + row) * D : row * ldkv + g * D) * dtype_bytes(element);
+          runs.push_back({static_cast<const uint8_t*>(k_rows) + at, static_cast<const uint8_t*>(v_rows) + at, rows});
+          if (transposed) {
+            runs.back().key_pairs = words.key_pairs.data() + g * num_pairs * ld + row;
+            runs.back().key_pairs_ld = ld;
+          }
+        }
+        queries.clear();
+        for (int64_t n = n0; n < n1; ++n)
+          for (int64_t h = g * group; h < (g + 1) * group; ++h)
+            queries.push_back({q + n * ldq + h * D, o + n * ldq + h * D,
+                               probs.data() + ((n - n0) * group + h - g * group) * len, length(n)});
+        attention_queries_kv(queries.data(), static_cast<int>(queries.size()), runs.data(),
+                             static_cast<int>(runs.size()), D, bf16 ? D : ldkv, element,
+                             head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f,
+                             bf16);
+      }
+      n0 = n1;
     }
   });
 }

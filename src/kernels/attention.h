@@ -23,6 +23,9 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
+
+#include "core/aligned_buffer.h"
 
 namespace fp8rl {
 
@@ -41,6 +44,28 @@ struct AttentionHeadScales {
 
 void attention_forward(float* o, const float* q, const float* k, const float* v, const AttentionShape& s,
                        bool bf16 = false, const AttentionHeadScales* head_scales = nullptr);
+
+// Scratch of prefix_attention_forward under bf16: the K and V rows narrowed once per call to the
+// BF16 operand words the bf16 row function multiplies (the top 16 bits of each FP32 element) and,
+// where that function runs on AVX-512, each kv head's keys transposed into pairs
+// (AttentionRows::key_pairs). Kept by the caller so that its storage is reused from call to call.
+struct AttentionKvWords {
+  AlignedBuffer<uint16_t> k, v;       // [Hkv][N][D]
+  AlignedBuffer<uint32_t> key_pairs;  // [Hkv][ceil(D / 32) * 16][ld], or empty
+  int64_t ld = 0;
+};
+
+// Causal attention over a prefix layout (the reference policy's log-probs and the KV scales'
+// calibration, which compute each distinct prefix once): N = context_begin.size() - 1 rows, row n
+// attends to rows context[context_begin[n] .. context_begin[n + 1]) in that order (its prefix,
+// itself last). The context, cut into runs of consecutive rows, goes through attention_queries_kv
+// with the arguments attention_forward gives it, so a row gets attention_forward's bits whenever
+// its context holds the same q/k/v rows in the same order.
+//   o, q [N, Hq*D]      k, v [N, Hkv*D]
+void prefix_attention_forward(float* o, const float* q, const float* k, const float* v,
+                              const std::vector<int64_t>& context_begin, const std::vector<int32_t>& context,
+                              int64_t Hq, int64_t Hkv, int64_t D, bool bf16, const AttentionHeadScales* head_scales,
+                              AttentionKvWords& words);
 
 // What the forward attended over, when it is not the q, k, v the gradient flows through: with
 // policy.fp8_kv_attention the forward reads E4M3 code values and per-head scales, the backward

@@ -93,6 +93,10 @@ void attention_queries_kv(const AttentionQuery* queries, int num_queries, const 
   }
   FP8RL_CHECK(covered == longest, "attention_queries_kv: the runs hold {} positions, the longest query attends to {}",
               covered, longest);
+  for (int s = 1; s < num_runs; ++s)
+    FP8RL_CHECK((runs[s].key_pairs == nullptr) == (runs[0].key_pairs == nullptr),
+                "attention_queries_kv: run {} {} transposed key pairs, run 0 {}", s,
+                runs[s].key_pairs ? "has" : "has no", runs[0].key_pairs ? "has" : "has none");
   for (int i = 1; i < num_queries; ++i)
     FP8RL_CHECK((queries[i].out == nullptr) == (queries[0].out == nullptr),
                 "attention_queries_kv: query {} {} an output, query 0 {}", i, queries[i].out ? "has" : "has no",

@@ -141,11 +141,12 @@ struct AttentionRows {
   const void* k = nullptr;
   const void* v = nullptr;
   int64_t rows = 0;
-  // Optional, for the bf16 precision with a single run (the trainer): the same keys as BF16 pairs
-  // transposed, key_pairs[p * key_pairs_ld + j] = position j's elements (2 p, 2 p + 1) as one
-  // dword (the even element in the low word), p < ceil(D / 32) * 16 (zero past D), j < `rows`
-  // rounded up to 16 (finite past `rows`: those scores are not stored). The AVX-512 path then
-  // scores 16 keys per instruction with the same bits; the other paths read k.
+  // Optional, for the bf16 precision, on every run of a call or on none (the trainer's and the
+  // prefix layout's): the same keys as BF16 pairs transposed, key_pairs[p * key_pairs_ld + j] =
+  // the run's position j's elements (2 p, 2 p + 1) as one dword (the even element in the low
+  // word), p < ceil(D / 32) * 16 (zero past D), j < `rows` rounded up to 16 (readable past `rows`:
+  // those scores are not stored). The AVX-512 path then scores 16 keys per instruction with the
+  // same bits; the other paths read k.
   const uint32_t* key_pairs = nullptr;
   int64_t key_pairs_ld = 0;
 };

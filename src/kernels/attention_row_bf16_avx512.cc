@@ -12,7 +12,7 @@
 //          a pair steps with a zero second row and probability, as the template does.
 // Key rows are used in place where they are BF16 with D a multiple of 32 (the generator's BF16 KV
 // pages); other rows are narrowed to BF16 words once per block of 16 keys, for every query.
-// With transposed key pairs (AttentionRows::key_pairs, the trainer) the scores take another route
+// With transposed key pairs (AttentionRows::key_pairs, the trainer's) the scores take another route
 // to the same bits: lane i of a vector is key i, one vdpbf16ps per (pair index, 16 keys) with the
 // query's pair broadcast, each accumulator one lane l of the template, and the tree over l is then
 // a sum of whole vectors (score_node): no shuffles, and each key load serves 4 queries.
@@ -44,26 +44,43 @@ inline __m512i high_words() {
                           17, 15, 13, 11, 9, 7, 5, 3, 1);
 }
 
-// Elements [64 g, 64 g + 64) of a row as 2 x 32 BF16 words, zero past D: FP32 elements truncated
+// Elements [64 g, 64 g + 64) of rows as 2 x 32 BF16 words, zero past D: FP32 elements truncated
 // to their top 16 bits (exact for the BF16 values this policy stores), BF16 as stored, E4M3
-// decoded.
+// decoded. The masks of the chunk are computed once for all the rows it loads.
+template <DType E>
+struct ChunkWords {
+  ChunkWords(int64_t D, int64_t g, const avx512::E4m3Decoder& decoder) : dec(decoder), offset(64 * g * dtype_bytes(E)) {
+    const int64_t left = D - 64 * g;
+    bytes = avx512::first_bytes_mask(std::max<int64_t>(left, 0));
+    words[0] = word_mask(left), words[1] = word_mask(left - 32);
+    for (int m = 0; m < 4; ++m) lanes[m] = chunk_mask(D, 4 * g + m);
+  }
+  void load(const uint8_t* row, __m512i out[2]) const {
+    row += offset;
+    if constexpr (E == DType::kE4M3) {
+      dec.decode64(_mm512_maskz_loadu_epi8(bytes, row), &out[0], &out[1]);
+    } else if constexpr (E == DType::kBF16) {
+      out[0] = _mm512_maskz_loadu_epi16(words[0], row);
+      out[1] = _mm512_maskz_loadu_epi16(words[1], row + 64);
+    } else {
+      const auto* p = reinterpret_cast<const float*>(row);
+      // Word w of the result: the high word of element w (w < 16, first vector) or w - 16 (second).
+      __m512i f[4];
+      for (int m = 0; m < 4; ++m) f[m] = _mm512_castps_si512(_mm512_maskz_loadu_ps(lanes[m], p + 16 * m));
+      out[0] = _mm512_permutex2var_epi16(f[0], high_words(), f[1]);
+      out[1] = _mm512_permutex2var_epi16(f[2], high_words(), f[3]);
+    }
+  }
+  const avx512::E4m3Decoder& dec;
+  int64_t offset;  // bytes from a row's start to element 64 g
+  __mmask64 bytes;
+  __mmask32 words[2];
+  __mmask16 lanes[4];
+};
+
 template <DType E>
 inline void load_words64(const uint8_t* row, int64_t g, int64_t D, const avx512::E4m3Decoder& dec, __m512i out[2]) {
-  const int64_t left = D - 64 * g;
-  if constexpr (E == DType::kE4M3) {
-    dec.decode64(_mm512_maskz_loadu_epi8(avx512::first_bytes_mask(left), row + 64 * g), &out[0], &out[1]);
-  } else if constexpr (E == DType::kBF16) {
-    const auto* p = reinterpret_cast<const uint16_t*>(row) + 64 * g;
-    out[0] = _mm512_maskz_loadu_epi16(word_mask(left), p);
-    out[1] = _mm512_maskz_loadu_epi16(word_mask(left - 32), p + 32);
-  } else {
-    const auto* p = reinterpret_cast<const float*>(row) + 64 * g;
-    // Word w of the result: the high word of element w (w < 16, first vector) or w - 16 (second).
-    __m512i f[4];
-    for (int m = 0; m < 4; ++m) f[m] = _mm512_castps_si512(_mm512_maskz_loadu_ps(chunk_mask(D, 4 * g + m), p + 16 * m));
-    out[0] = _mm512_permutex2var_epi16(f[0], high_words(), f[1]);
-    out[1] = _mm512_permutex2var_epi16(f[2], high_words(), f[3]);
-  }
+  ChunkWords<E>(D, g, dec).load(row, out);
 }
 
 // A row of D elements as `padded` BF16 words (zeros past D).
@@ -114,10 +131,12 @@ inline void score_node(const uint32_t* kt, int64_t ld, const uint32_t* const* qp
   }
 }
 
-// The scores of every query against the run's keys from its transposed pairs (AttentionRows::
-// key_pairs): score_block's bits with no reduction shuffles, each key load shared by 4 queries.
-void scores_from_key_pairs(const AttentionQuery* qs, int num_queries, const AttentionRows& run, const uint16_t* qbuf,
-                           int64_t padded, __m512 scale) {
+// The scores of every query against the runs' keys from their transposed pairs
+// (AttentionRows::key_pairs): score_block's bits with no reduction shuffles, each key load shared by
+// 4 queries. A block of 16 keys that runs past its run's end reads what lies beyond, and stores
+// none of it.
+void scores_from_key_pairs(const AttentionQuery* qs, int num_queries, const AttentionRows* runs, int num_runs,
+                           const uint16_t* qbuf, int64_t padded, __m512 scale) {
   const int64_t chunks = padded / 32;
   for (int q0 = 0; q0 < num_queries; q0 += 4)
     with_count_up_to_4(num_queries - q0, [&](auto count) {
@@ -128,15 +147,18 @@ void scores_from_key_pairs(const AttentionQuery* qs, int num_queries, const Atte
         qp[q] = reinterpret_cast<const uint32_t*>(qbuf + (q0 + q) * padded);
         longest = std::max(longest, qs[q0 + q].len);
       }
-      for (int64_t j = 0; j < longest; j += 16) {
-        __m512 s[Q];
-        score_node<Q, 0, 1>(run.key_pairs + j, run.key_pairs_ld, qp, chunks, s);
-        for (int q = 0; q < Q; ++q) {
-          const int64_t nq = std::clamp<int64_t>(qs[q0 + q].len - j, 0, 16);  // the keys this query sees
-          _mm512_mask_storeu_ps(qs[q0 + q].probs + j, static_cast<__mmask16>((1u << nq) - 1),
-                                _mm512_mul_ps(s[q], scale));
+      int64_t first = 0;  // the run's first position
+      for (int s = 0; s < num_runs && first < longest; first += runs[s++].rows)
+        for (int64_t i = 0; i < runs[s].rows && first + i < longest; i += 16) {
+          __m512 sc[Q];
+          score_node<Q, 0, 1>(runs[s].key_pairs + i, runs[s].key_pairs_ld, qp, chunks, sc);
+          const int64_t j = first + i, in_run = std::min<int64_t>(16, runs[s].rows - i);
+          for (int q = 0; q < Q; ++q) {
+            const int64_t nq = std::clamp<int64_t>(qs[q0 + q].len - j, 0, in_run);  // the keys this query sees
+            _mm512_mask_storeu_ps(qs[q0 + q].probs + j, static_cast<__mmask16>((1u << nq) - 1),
+                                  _mm512_mul_ps(sc[q], scale));
+          }
         }
-      }
     });
 }
 
@@ -189,17 +211,25 @@ struct ValueRows {
   bool prefetch;
   int s = 0;
   int64_t i = 0;
-  const uint8_t* next() {
+  // Moves past exhausted runs: row i of run s is the next one.
+  void skip_ended_runs() {
     while (i == runs[s].rows) ++s, i = 0;
-    const auto* v = static_cast<const uint8_t*>(runs[s].v);
-    if (!prefetch) return v + (i++) * row_bytes;
-    if (i == 0) {  // two runs (KV pages) ahead; the first run prefetches the second too
+  }
+  // The prefetches due when row i0 (a multiple of 16) of run s is read: the next 16 rows.
+  void prefetch_at(int64_t i0) const {
+    if (!prefetch) return;
+    if (i0 == 0) {  // two runs (KV pages) ahead; the first run prefetches the second too
       if (s == 0 && num_runs > 1) prefetch_rows<kBytes>(runs[1].v, runs[1].rows, row_bytes, D);
       if (s + 2 < num_runs) prefetch_rows<kBytes>(runs[s + 2].v, runs[s + 2].rows, row_bytes, D);
     }
-    if (i % 16 == 0 && i + 16 < runs[s].rows)
-      prefetch_rows<kBytes>(v + (i + 16) * row_bytes, runs[s].rows - i - 16, row_bytes, D);
-    return v + (i++) * row_bytes;
+    if (i0 + 16 < runs[s].rows)
+      prefetch_rows<kBytes>(static_cast<const uint8_t*>(runs[s].v) + (i0 + 16) * row_bytes, runs[s].rows - i0 - 16,
+                            row_bytes, D);
+  }
+  const uint8_t* next() {
+    skip_ended_runs();
+    if (i % 16 == 0) prefetch_at(i);
+    return static_cast<const uint8_t*>(runs[s].v) + (i++) * row_bytes;
   }
 };
 
@@ -216,33 +246,56 @@ inline void add_pair(__m512* acc, uint32_t pair, __m512i v0, __m512i v1, __m512i
 // out[64 g, 64 g + 64) of H queries. pairs[h][t] holds query h's (p[2t], p[2t + 1]) as BF16 words
 // (the second zero at or past its length). Accumulator 2k of a query holds the outputs
 // 64 g + 32 k + 8 (i / 4) + i % 4 in lane i (vpunpcklwd's order), accumulator 2k + 1 the same + 4
-// (vpunpckhwd's); the store puts them back in order.
+// (vpunpckhwd's); the store puts them back in order. Every loop over the queries and accumulators
+// is unrolled by pragma: without it GCC kept the H x 4 accumulators in memory and stored all 16 of
+// them at each step (the row loads may alias them), which halved the pass's speed.
 template <DType E, int H>
 void value_pass(const AttentionQuery* qs, const uint32_t* const* pairs, const AttentionRows* runs, int num_runs,
                 int64_t row_bytes, int64_t D, int64_t g, float value_scale, const avx512::E4m3Decoder& dec,
                 bool prefetch) {
   __m512 acc[H][4];
+#pragma GCC unroll 4
   for (int h = 0; h < H; ++h)
+#pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) acc[h][c] = _mm512_setzero_ps();
   int64_t shortest = qs[0].len, longest = qs[0].len;
   for (int h = 1; h < H; ++h) shortest = std::min(shortest, qs[h].len), longest = std::max(longest, qs[h].len);
   ValueRows<dtype_bytes(E)> rows{runs, num_runs, row_bytes, D, prefetch};
-  // Position pairs every query attends to both of (all but the last few for the trainer's
-  // consecutive queries): a loop of its own, so that the accumulators stay in registers.
-  int64_t j = 0;
-  for (; j + 1 < shortest; j += 2) {
+  const ChunkWords<E> chunk(D, g, dec);
+  auto add_rows = [&](const uint8_t* row_a, const uint8_t* row_b, int64_t j) {
     __m512i a[2], b[2];
-    load_words64<E>(rows.next(), g, D, dec, a);
-    load_words64<E>(rows.next(), g, D, dec, b);
+    chunk.load(row_a, a);
+    chunk.load(row_b, b);
     const __m512i v0 = _mm512_unpacklo_epi16(a[0], b[0]), v1 = _mm512_unpackhi_epi16(a[0], b[0]);
     const __m512i v2 = _mm512_unpacklo_epi16(a[1], b[1]), v3 = _mm512_unpackhi_epi16(a[1], b[1]);
+#pragma GCC unroll 4
     for (int h = 0; h < H; ++h) add_pair(acc[h], pairs[h][j / 2], v0, v1, v2, v3);
+  };
+  // Position pairs every query attends to both of (all but the last few for the trainer's
+  // consecutive queries): the pairs inside one run in a loop of their own, so that the
+  // accumulators stay in registers; a pair across two runs row by row.
+  int64_t j = 0;
+  while (j + 1 < shortest) {
+    rows.skip_ended_runs();
+    const int64_t n = std::min(runs[rows.s].rows - rows.i, shortest - j) / 2 * 2;  // rows of whole pairs here
+    if (n == 0) {
+      const uint8_t* row_a = rows.next();
+      add_rows(row_a, rows.next(), j);
+      j += 2;
+      continue;
+    }
+    const auto* v = static_cast<const uint8_t*>(runs[rows.s].v);
+    for (const int64_t end = rows.i + n; rows.i < end; rows.i += 2, j += 2) {
+      if ((rows.i + 1) % 16 <= 1) rows.prefetch_at((rows.i + 1) / 16 * 16);  // the pair holds a row 16 k
+      add_rows(v + rows.i * row_bytes, v + (rows.i + 1) * row_bytes, j);
+    }
   }
   // The rest: a query ending at j steps with the second row zero (as the template's pair past len).
   for (; j < longest; j += 2) {
     __m512i a[2], b[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-    load_words64<E>(rows.next(), g, D, dec, a);
-    if (j + 1 < longest) load_words64<E>(rows.next(), g, D, dec, b);
+    chunk.load(rows.next(), a);
+    if (j + 1 < longest) chunk.load(rows.next(), b);
+#pragma GCC unroll 4
     for (int h = 0; h < H; ++h) {
       if (j >= qs[h].len) continue;
       const __m512i b0 = j + 1 < qs[h].len ? b[0] : _mm512_setzero_si512();
@@ -253,10 +306,13 @@ void value_pass(const AttentionQuery* qs, const uint32_t* const* pairs, const At
   }
   const __m512i first16 = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
   const __m512i second16 = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+#pragma GCC unroll 4
   for (int h = 0; h < H; ++h)
+#pragma GCC unroll 2
     for (int k = 0; k < 2; ++k) {
       __m512 o[2] = {_mm512_permutex2var_ps(acc[h][2 * k], first16, acc[h][2 * k + 1]),
                      _mm512_permutex2var_ps(acc[h][2 * k], second16, acc[h][2 * k + 1])};
+#pragma GCC unroll 2
       for (int m = 0; m < 2; ++m) {
         const int64_t chunk = 4 * g + 2 * k + m;  // 16 outputs
         if (16 * chunk >= D) break;
@@ -284,8 +340,8 @@ void attention_queries_typed(const AttentionQuery* qs, int num_queries, const At
     narrow_row<DType::kF32>(reinterpret_cast<const uint8_t*>(qs[q].q), D, padded, dec, qbuf.data() + q * padded);
 
   // Scores: from the transposed key pairs where the caller has them, else from the rows.
-  if (num_runs == 1 && runs[0].key_pairs != nullptr) {
-    scores_from_key_pairs(qs, num_queries, runs[0], qbuf.data(), padded, scale);
+  if (runs[0].key_pairs != nullptr) {
+    scores_from_key_pairs(qs, num_queries, runs, num_runs, qbuf.data(), padded, scale);
   } else {
     scores_from_rows<E>(qs, num_queries, runs, num_runs, D, stride, padded, longest, qbuf.data(), kbuf.data(), scale,
                         dec);

@@ -90,68 +90,7 @@ void round_heads_to_e4m3(const float* x, float* scaled, float* codes_out, int64_
   });
 }
 
-// Causal attention over the prefix layout of qkv_amax(): row n attends to the rows
-// context[context_begin[n] .. context_begin[n + 1]). The context, cut into runs of consecutive
-// rows, goes through attention_queries_kv with the arguments attention_forward gives it (the query
-// heads of a kv head together), so a row gets attention_forward's bits whenever its context holds
-// the same q/k/v rows in the same order. Rows whose context is the previous row's plus themselves
-// (a sequence's own tokens, laid out one after another) go up to 8 at a time through one call over
-// the last one's runs, as attention_forward's blocks of rows do: each K/V row is read once for all
-// of them (a query's bits do not depend on the other queries of its call).
-//   o, q [N, Hq*D]      k, v [N, Hkv*D]
-void prefix_attention_forward(float* o, const float* q, const float* k, const float* v,
-                              const std::vector<int64_t>& context_begin, const std::vector<int32_t>& context,
-                              int64_t Hq, int64_t Hkv, int64_t D, bool bf16,
-                              const AttentionHeadScales* head_scales) {
-  constexpr int64_t kRowsPerTask = 16, kRowsPerCall = 8;
-  const int64_t N = static_cast<int64_t>(context_begin.size()) - 1, ldq = Hq * D, ldkv = Hkv * D, group = Hq / Hkv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  auto length = [&](int64_t n) { return context_begin[static_cast<size_t>(n) + 1] - context_begin[static_cast<size_t>(n)]; };
-  // Whether row n's context is row n - 1's followed by n itself.
-  auto extends_previous = [&](int64_t n) {
-    const int64_t len = length(n);
-    return n > 0 && len >= 2 && len == length(n - 1) + 1 &&
-           context[static_cast<size_t>(context_begin[static_cast<size_t>(n)] + len - 2)] == n - 1;
-  };
-  kernel_thread_pool().parallel_for((N + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
-    std::vector<float> probs;
-    std::vector<AttentionRows> runs;  // kv head 0's; head g's are g * D further
-    std::vector<AttentionQuery> queries;
-    const int64_t end = std::min(N, (task + 1) * kRowsPerTask);
-    for (int64_t n0 = task * kRowsPerTask; n0 < end;) {
-      int64_t n1 = n0 + 1;  // rows [n0, n1) share the runs of row n1 - 1
-      while (n1 < end && n1 - n0 < kRowsPerCall && extends_previous(n1)) ++n1;
-      const int64_t last = n1 - 1, len = length(last);
-      const int32_t* ctx = context.data() + context_begin[static_cast<size_t>(last)];
-      probs.resize(static_cast<size_t>((n1 - n0) * group * len));
-      runs.clear();
-      for (int64_t j = 0; j < len; ++j) {
-        if (j > 0 && ctx[j] == ctx[j - 1] + 1) {
-          ++runs.back().rows;
-        } else {
-          runs.push_back({k + ctx[j] * ldkv, v + ctx[j] * ldkv, 1});
-        }
-      }
-      for (int64_t g = 0; g < Hkv; ++g) {
-        if (g > 0)
-          for (AttentionRows& run : runs)
-            run = {static_cast<const float*>(run.k) + D, static_cast<const float*>(run.v) + D, run.rows};
-        queries.clear();
-        for (int64_t n = n0; n < n1; ++n)
-          for (int64_t h = g * group; h < (g + 1) * group; ++h)
-            queries.push_back({q + n * ldq + h * D, o + n * ldq + h * D,
-                               probs.data() + ((n - n0) * group + h - g * group) * len, length(n)});
-        attention_queries_kv(queries.data(), static_cast<int>(queries.size()), runs.data(),
-                             static_cast<int>(runs.size()), D, ldkv, DType::kF32,
-                             head_scales ? head_scales->score[g] : scale, head_scales ? head_scales->value[g] : 1.0f,
-                             bf16);
-      }
-      n0 = n1;
-    }
-  });
-}
 }  // namespace
-
 
 TokenBatch TokenBatch::empty(int64_t B, int64_t T, int32_t pad_token) {
   TokenBatch b;
@@ -691,7 +630,7 @@ Transformer::QkvAmax Transformer::layer_forward(int64_t l, const float* x, Layer
     attention_forward(a.att.data(), q_att, k_att, v_att, rows.shape, bf16_attention, scales);
   } else {
     prefix_attention_forward(a.att.data(), q_att, k_att, v_att, rows.context_begin, rows.context, Hq, Hkv, D,
-                             bf16_attention, scales);
+                             bf16_attention, scales, a.kv_words);
   }
   round_activations(a.att.data(), N * Hq * D);
   for (int64_t n = 0; n < N; ++n)

@@ -249,6 +249,7 @@ class Transformer {
     AlignedBuffer<float> s;       // [N, F] SwiGLU output
     LinearCache cq, ck, cv, co, cgate, cup, cdown;
     MoeActs moe;  // an MoE layer's MLP (instead of g, u, s and its caches)
+    AttentionKvWords kv_words;  // prefix layouts under bf16 attention: scratch of the attention
   };
 
   // The rows one layer block runs over. forward(): the B x T right-padded batch (row b*T + t),

@@ -318,6 +318,65 @@ TEST(AttentionRow, TransposedKeyPairsGiveEachQuerysSingleRowBits) {
   }
 }
 
+// The prefix layout's context: several runs of rows taken from one set of rows, each run pointing
+// into the same transposed pairs at its first row (odd lengths, so pairs of positions straddle
+// runs, and blocks of 16 keys read past a run's end into rows it does not hold).
+TEST(AttentionRow, TransposedKeyPairsAcrossRunsGiveEachQuerysSingleRowBits) {
+  const int64_t D = 128, pool = 70, num_pairs = D / 2, ld = 96;
+  std::vector<float> k(static_cast<size_t>(pool * D)), v(k.size()), q(static_cast<size_t>(9 * D));
+  fill_normal(k.data(), pool * D, 0.0f, 2.0f, 13, 1);
+  fill_normal(v.data(), pool * D, 0.0f, 1.0f, 13, 2);
+  fill_normal(q.data(), 9 * D, 0.0f, 2.0f, 13, 3);
+  const std::vector<uint8_t> kr = store_as(DType::kBF16, k), vr = store_as(DType::kBF16, v);
+  const auto* words = reinterpret_cast<const bf16_t*>(kr.data());
+  std::vector<uint32_t> pairs(static_cast<size_t>(num_pairs * ld), 0u);
+  for (int64_t j = 0; j < pool; ++j)
+    for (int64_t p = 0; p < num_pairs; ++p)
+      pairs[static_cast<size_t>(p * ld + j)] = uint32_t{words[j * D + 2 * p + 1]} << 16 | words[j * D + 2 * p];
+  const int64_t spans[][2] = {{5, 17}, {40, 3}, {50, 20}};  // (first row, rows): 40 positions
+  std::vector<AttentionRows> with_pairs, plain;
+  for (const auto& [first, rows] : spans) {
+    plain.push_back({kr.data() + 2 * first * D, vr.data() + 2 * first * D, rows});
+    with_pairs.push_back({plain.back().k, plain.back().v, rows, pairs.data() + first, ld});
+  }
+  for (Isa isa : testing::available_isas())
+    for (const bool with_out : {true, false}) {
+      std::vector<float> out(static_cast<size_t>(9 * D), 7.0f), p(static_cast<size_t>(9 * 40), 7.0f);
+      std::vector<AttentionQuery> queries;
+      for (const int64_t len : {40, 39, 17, 18, 20, 21, 1, 33, 40})
+        queries.push_back({q.data() + queries.size() * D, with_out ? out.data() + queries.size() * D : nullptr,
+                           p.data() + queries.size() * 40, len});
+      attention_queries_kv(queries.data(), static_cast<int>(queries.size()), with_pairs.data(), 3, D, D, DType::kBF16,
+                           0.125f, 0.5f, /*bf16=*/true, isa);
+      for (const AttentionQuery& a : queries) {
+        std::vector<float> want(static_cast<size_t>(D)), want_p(static_cast<size_t>(a.len));
+        std::vector<AttentionRows> own;  // the spans up to the query's length, the last one cut
+        for (int64_t covered = 0; covered < a.len; covered += own.back().rows) {
+          own.push_back(plain[own.size()]);
+          own.back().rows = std::min(own.back().rows, a.len - covered);
+        }
+        attention_row_kv(want.data(), want_p.data(), a.q, own.data(), static_cast<int>(own.size()), a.len, D, D,
+                         DType::kBF16, 0.125f, 0.5f, true, Isa::kPortable);
+        const std::string what =
+            std::string(isa_name(isa)) + " len " + std::to_string(a.len) + (with_out ? "" : " probs only");
+        if (with_out) {
+          EXPECT_EQ(0, std::memcmp(a.out, want.data(), want.size() * 4)) << what;
+        }
+        EXPECT_EQ(0, std::memcmp(a.probs, want_p.data(), want_p.size() * 4)) << what;
+        if (a.len < 40) {
+          EXPECT_EQ(a.probs[a.len], 7.0f) << what << ": wrote past len";
+        }
+      }
+    }
+  // Key pairs on some runs only is a caller's error.
+  with_pairs[1].key_pairs = nullptr;
+  std::vector<float> out(static_cast<size_t>(D)), p(40);
+  const std::string message = testing::error_message([&] {
+    attention_row_kv(out.data(), p.data(), q.data(), with_pairs.data(), 3, 40, D, D, DType::kBF16, 1.0f, 1.0f, true);
+  });
+  EXPECT_NE(message.find("run 1 has no transposed key pairs, run 0 has"), std::string::npos) << message;
+}
+
 // Every E4M3 code (NaN included) reads as its exact value: with one key, p = 1 and the output is
 // the value row itself.
 TEST(AttentionRow, E4m3RowsDecodeEveryCodeExactly) {
