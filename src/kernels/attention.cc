@@ -42,6 +42,12 @@ bool uses_key_pairs() {
   return transposed;
 }
 
+// `rows` rows of D FP32 elements (`ld` apart) as their BF16 operand words, into out [rows][D].
+void narrow_rows(const float* src, int64_t ld, int64_t rows, int64_t D, uint16_t* out) {
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t d = 0; d < D; ++d) *out++ = high_word(src[t * ld + d]);
+}
+
 int64_t num_key_pairs(int64_t D) { return (D + 31) / 32 * 16; }
 
 // The stride of transposed pairs that holds positions [0, rows): an odd number of cache lines from
@@ -76,10 +82,8 @@ KvRows kv_rows(const float* k, const float* v, const AttentionShape& s, int64_t 
   const int64_t ldkv = s.Hkv * s.D, offset = b * s.T * ldkv + g * s.D;
   if (!bf16) return {k + offset, v + offset, ldkv, DType::kF32};
   words.resize(static_cast<size_t>(2 * s.T * s.D));
-  uint16_t* out = words.data();
-  for (const float* src : {k + offset, v + offset})
-    for (int64_t t = 0; t < s.T; ++t)
-      for (int64_t d = 0; d < s.D; ++d) *out++ = high_word(src[t * ldkv + d]);
+  narrow_rows(k + offset, ldkv, s.T, s.D, words.data());
+  narrow_rows(v + offset, ldkv, s.T, s.D, words.data() + s.T * s.D);
   KvRows rows{words.data(), words.data() + s.T * s.D, s.D, DType::kBF16};
   if (!uses_key_pairs()) return rows;
   const int64_t ld = key_pairs_ld(s.T);
@@ -149,8 +153,8 @@ void prefix_attention_forward(float* o, const float* q, const float* k, const fl
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // The rows the calls read: FP32 as given, or under bf16 narrowed once for every call (as
   // attention_forward does per sequence) into one block per kv head, [Hkv][N][D] (a head's rows
-  // adjacent, not Hkv * D apart, which would leave all but an eighth of the cache's sets unused at
-  // Hkv 8), with the keys transposed where the row function takes them so.
+  // adjacent, as attention_forward's are), with the keys transposed where the row function takes
+  // them so.
   const void *k_rows = k, *v_rows = v;
   DType element = DType::kF32;
   const bool transposed = bf16 && uses_key_pairs();
@@ -163,11 +167,8 @@ void prefix_attention_forward(float* o, const float* q, const float* k, const fl
     kernel_thread_pool().parallel_for((N + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
       const int64_t n0 = task * kRowsPerTask, n1 = std::min(N, n0 + kRowsPerTask);
       for (int64_t g = 0; g < Hkv; ++g) {
-        for (int64_t n = n0; n < n1; ++n)
-          for (int64_t d = 0; d < D; ++d) {
-            words.k[static_cast<size_t>((g * N + n) * D + d)] = high_word(k[n * ldkv + g * D + d]);
-            words.v[static_cast<size_t>((g * N + n) * D + d)] = high_word(v[n * ldkv + g * D + d]);
-          }
+        narrow_rows(k + n0 * ldkv + g * D, ldkv, n1 - n0, D, words.k.data() + (g * N + n0) * D);
+        narrow_rows(v + n0 * ldkv + g * D, ldkv, n1 - n0, D, words.v.data() + (g * N + n0) * D);
         if (transposed)
           transpose_key_pairs(words.k.data() + g * N * D, D, n0, n1, D, words.key_pairs.data() + g * num_pairs * ld,
                               ld);
