@@ -1,8 +1,12 @@
 // The `fp8rl` command: one binary, subcommands per job.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <csignal>
+#include <cstring>
 #include <cstdlib>
 #include <exception>
 #include <map>
@@ -11,6 +15,7 @@
 #include "bench/bench_suites.h"
 #include "cli/demo.h"
 #include "core/check.h"
+#include "io/child_process.h"
 #include "report/report_job.h"
 #include "rl/dist/communicator.h"
 #include "rl/generate_job.h"
@@ -94,6 +99,26 @@ const fp8rl::dist::Communicator& join_world(int* argc, char*** argv) {
   return comm;
 }
 
+// Ctrl-C, SIGTERM, SIGHUP: the plug-in workers and sandboxes go first (their process groups are
+// killed), then the process ends as the signal's default action would. A run directory keeps
+// its last whole checkpoint, as after any interruption.
+void on_stop_signal(int sig) {
+  fp8rl::kill_all_children();
+  // write(2) of constant strings only: nothing else is safe in a signal handler.
+  const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
+  for (const char* part : {"\nfp8rl: stopped by ", name, "; plug-in workers ended; a run continues with --resume\n"})
+    [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, part, std::strlen(part));
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &action, nullptr);
+}
+
 // An error on any rank ends the whole job (the others may be waiting for it in a collective);
 // the last checkpoint is whole, as after any failure.
 int fail(const fp8rl::dist::Communicator& comm, const char* what) {
@@ -107,6 +132,7 @@ int fail(const fp8rl::dist::Communicator& comm, const char* what) {
 
 int main(int argc, char** argv) {
   const fp8rl::dist::Communicator& comm = join_world(&argc, &argv);
+  install_stop_handlers();
   CLI::App app{"fp8rl: reinforcement-learning post-training with end-to-end FP8"};
   app.require_subcommand(1);
 

@@ -59,7 +59,7 @@ std::vector<std::vector<int32_t>> encode_validation_prompts(const Task& task, co
   return encode_prompts(tokenizer, first, max_new_tokens, max_seq_len, "validation");
 }
 
-double greedy_validation_accuracy(Transformer& model, const Task& task, const Tokenizer& tokenizer,
+double greedy_validation_accuracy(Transformer& model, const Task& task, RewardFunction& reward, const Tokenizer& tokenizer,
                                   int64_t max_examples, int64_t max_new_tokens, int64_t batch_size,
                                   const dist::Communicator& comm) {
   const auto& val = task.validation();
@@ -74,8 +74,11 @@ double greedy_validation_accuracy(Transformer& model, const Task& task, const To
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t i = i0; i < i1; ++i) prompts.push_back(encoded[static_cast<size_t>(i)]);
     const auto out = greedy_continue(model, prompts, max_new_tokens, tokenizer.eos(), tokenizer.pad());
+    std::vector<RewardRequest> requests;
     for (size_t j = 0; j < out.size(); ++j)
-      mine.push_back(task.reward(val[static_cast<size_t>(i0) + j], tokenizer.decode_response(out[j])));
+      requests.push_back({fmt::format("val/{}", i0 + static_cast<int64_t>(j)), &val[static_cast<size_t>(i0) + j],
+                          tokenizer.decode_response(out[j])});
+    for (const RewardResult& r : reward.score(requests)) mine.push_back(r.reward);
   }
   // Every rank's rewards back in example order: rank q's batches are q, q + N, q + 2N, ...
   const std::vector<double> gathered = dist::allgather_values(comm, mine);

@@ -8,6 +8,7 @@
 
 #include "model/transformer.h"
 #include "rl/dist/communicator.h"
+#include "tasks/reward.h"
 #include "tasks/task.h"
 #include "tasks/tokenizer.h"
 
@@ -25,10 +26,11 @@ std::vector<std::vector<int32_t>> encode_validation_prompts(const Task& task, co
                                                             int64_t max_examples, int64_t max_new_tokens,
                                                             int64_t max_seq_len);
 
-// Greedy accuracy (mean reward) on the first `max_examples` validation examples, in batches of
-// `batch_size` prompts (checked first by encode_validation_prompts). Under a communicator of several ranks, batch i runs on rank i % N and the
-// rewards are gathered and summed in example order (the same value on every rank).
-double greedy_validation_accuracy(Transformer& model, const Task& task, const Tokenizer& tokenizer,
+// Greedy accuracy (mean reward, scored by `reward`) on the first `max_examples` validation
+// examples, in batches of `batch_size` prompts (checked first by encode_validation_prompts).
+// Under a communicator of several ranks, batch i runs on rank i % N and the rewards are gathered
+// and summed in example order (the same value on every rank).
+double greedy_validation_accuracy(Transformer& model, const Task& task, RewardFunction& reward, const Tokenizer& tokenizer,
                                   int64_t max_examples, int64_t max_new_tokens, int64_t batch_size = 64,
                                   const dist::Communicator& comm = dist::world());
 

@@ -26,6 +26,7 @@
 #include "rl/grpo_loss.h"
 #include "rl/model_source.h"
 #include "rl/refit.h"
+#include "rl/reward_metrics.h"
 
 namespace fp8rl {
 
@@ -179,6 +180,7 @@ struct StepRollouts {
   std::vector<Rollout> rollouts;  // prompt p's sample g at p * G + g
   int64_t tokens = 0, longest = 0;  // response tokens in all, and in the longest response
   int64_t kv_waited = 0;  // rollouts that waited for KV cache pages
+  RewardMetrics reward_metrics;  // a plug-in's named figures, averaged, and its timeouts
 };
 
 // What the optimizer steps of one GRPO step leave.
@@ -199,8 +201,11 @@ class GrpoJob {
  public:
   GrpoJob(const RunConfig& config, bool resume);
 
-  // Rank 0: the lock, config.yaml, metrics.jsonl (cut back to the checkpoint on a resume),
-  // TensorBoard's event file.
+  // Rank 0: the lock (before start(), so that no other job runs there meanwhile).
+  void lock_run_directory();
+  // Rank 0: config.yaml, metrics.jsonl (cut back to the checkpoint on a resume), TensorBoard's
+  // event file. After start(): a run that fails to start (a reward plug-in that does not answer
+  // the first validation, say) leaves no run behind that --resume would have to continue.
   void open_run_directory(const std::string& effective_yaml);
   // The first refit and KV calibration; returns the validation accuracy before training.
   double start();
@@ -238,6 +243,7 @@ class GrpoJob {
   const int64_t P_, G_, rollouts_, global_, micro_;
   const fs::path run_dir_, ckpt_dir_;
   std::unique_ptr<Task> task_;
+  std::unique_ptr<RewardFunction> reward_;  // this rank's: a plug-in's workers, or the task's verifier
   Transformer policy_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::vector<int32_t>> train_ids_, val_ids_;
@@ -302,6 +308,7 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
       run_dir_(config.log_dir),
       ckpt_dir_(run_dir_ / "checkpoint"),
       task_(make_task(config)),
+      reward_(make_reward_function(config.reward, *task_, comm_.rank())),
       policy_(load_job_model(config)),
       tokenizer_(load_job_tokenizer(config, policy_.config())),
       // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
@@ -349,11 +356,14 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
   val_opts_.sampling.temperature = 0.0f;
 }
 
-void GrpoJob::open_run_directory(const std::string& effective_yaml) {
+void GrpoJob::lock_run_directory() {
   comm_.barrier();  // every rank has checked the directory (and read the checkpoint) before rank 0 writes
-  if (!root_) return;
   // One job at a time in a run directory (a second train, or a --resume of a running run, stops here).
-  lock_.emplace(run_dir_);
+  if (root_) lock_.emplace(run_dir_);
+}
+
+void GrpoJob::open_run_directory(const std::string& effective_yaml) {
+  if (!root_) return;
   fs::create_directories(run_dir_);
   remove_stale_temporaries(run_dir_, "checkpoint");  // leftovers of a crash during a checkpoint write
   write_file_atomic(run_dir_ / "config.yaml", effective_yaml);
@@ -410,9 +420,11 @@ double GrpoJob::validate() {
   std::vector<double> mine;
   if (!prompts.empty()) {
     const auto out = generator_.generate(prompts, 1, val_opts_);
+    std::vector<RewardRequest> requests;
     for (int64_t i = share.begin; i < share.end; ++i)
-      mine.push_back(task_->reward(val[static_cast<size_t>(i)],
-                                   tokenizer_->decode_response(out[static_cast<size_t>(i - share.begin)].tokens)));
+      requests.push_back({fmt::format("val/{}", i), &val[static_cast<size_t>(i)],
+                          tokenizer_->decode_response(out[static_cast<size_t>(i - share.begin)].tokens)});
+    for (const RewardResult& r : reward_->score(requests)) mine.push_back(r.reward);
   }
   double total = 0;
   for (double reward : dist::allgather_values(comm_, mine)) total += reward;
@@ -462,20 +474,33 @@ StepRollouts GrpoJob::generate(int64_t step) {
     out.kv_waited = 0;
     for (int64_t w : waited) out.kv_waited += w;
   }
-  // Rewards and group advantages.
   std::vector<Rollout>& r = out.rollouts;
   r.resize(static_cast<size_t>(rollouts_));
-  std::vector<float> rewards(r.size());
   for (size_t i = 0; i < r.size(); ++i) {
     r[i].example = picks[i / static_cast<size_t>(G_)];
     r[i].prompt = prompts[i / static_cast<size_t>(G_)];
     r[i].response = seqs[i].tokens;
     r[i].gen = seqs[i].logprobs;
     r[i].routing = seqs[i].routing;
-    r[i].reward = static_cast<float>(task_->reward(*r[i].example, tokenizer_->decode_response(r[i].response)));
-    rewards[i] = r[i].reward;
     out.tokens += static_cast<int64_t>(r[i].response.size());
     out.longest = std::max<int64_t>(out.longest, static_cast<int64_t>(r[i].response.size()));
+  }
+  // Rewards: each rank scores the rollouts it generated (with its own plug-in workers), then
+  // every rank has all of them, in rollout order.
+  std::vector<RewardRequest> requests;
+  for (int64_t i = share.begin * G_; i < share.end * G_; ++i)
+    requests.push_back({fmt::format("step{}/p{}/g{}", step + 1, i / G_, i % G_), r[static_cast<size_t>(i)].example,
+                        tokenizer_->decode_response(r[static_cast<size_t>(i)].response)});
+  const std::vector<RewardResult> scored = reward_->score(requests);
+  std::vector<double> mine_rewards;
+  for (const RewardResult& x : scored) mine_rewards.push_back(x.reward);
+  const std::vector<double> all_rewards = dist::allgather_values(comm_, mine_rewards);
+  out.reward_metrics = gather_reward_metrics(comm_, scored);
+  // Group advantages.
+  std::vector<float> rewards(r.size());
+  for (size_t i = 0; i < r.size(); ++i) {
+    r[i].reward = static_cast<float>(all_rewards[i]);
+    rewards[i] = r[i].reward;
   }
   const std::vector<float> adv = compute_advantages(rewards, G_, config_.advantages);
   for (size_t i = 0; i < r.size(); ++i) r[i].advantage = adv[i];
@@ -664,6 +689,10 @@ nlohmann::ordered_json GrpoJob::metrics_line(int64_t step, const StepRollouts& s
   line["lr"] = t.lr;
   line["skipped_optimizer_steps"] = t.skipped;
   line["kv_waited"] = s.kv_waited;  // rollouts that waited for KV pages (admitted later, whole)
+  if (!config_.reward.command.empty()) {
+    line["reward_metrics"] = s.reward_metrics.means;
+    line["reward_timeouts"] = s.reward_metrics.timeouts;
+  }
   if (fp8_kv_) line["kv_scales"] = scales_to_json(kv_scales_);
   const bool last = step + 1 == config_.grpo_max_num_steps;
   if ((config_.grpo_val_period > 0 && (step + 1) % config_.grpo_val_period == 0) || last) line["val_accuracy"] = validate();
@@ -774,10 +803,11 @@ struct RunTotals {
 GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective_yaml, bool resume,
                            int64_t stop_after) {
   GrpoJob job(config, resume);  // every input checked before the run directory is touched
-  job.open_run_directory(effective_yaml);
+  job.lock_run_directory();
   const bool root = dist::world().is_root();
   GrpoJobResult result;
   result.val_accuracy_before = job.start();
+  job.open_run_directory(effective_yaml);
   ProgressLine progress("grpo", job.start_step(), config.grpo_max_num_steps, root && stdout_is_terminal());
   std::string last_validation;  // the progress line's "val acc X @STEP"
   RunTotals totals;

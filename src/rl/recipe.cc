@@ -112,6 +112,7 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
       .at_least(2);
   bind_arithmetic_task_config(s, "task.arithmetic", c.arithmetic);
   bind_running_sum_task_config(s, "task.running_sum", c.running_sum);
+  bind_reward_config(s, "task.reward", c.reward);
 
   s.add("sft.max_num_steps", &c.sft_max_num_steps, 300, "SFT optimizer steps").at_least(1);
   s.add("sft.max_consecutive_skipped_steps", &c.sft_max_consecutive_skipped_steps, 3,

@@ -20,6 +20,7 @@
 #include "rl/refit.h"
 #include "tasks/arithmetic.h"
 #include "tasks/jsonl_task.h"
+#include "tasks/reward.h"
 #include "tasks/running_sum.h"
 #include "tasks/task.h"
 
@@ -76,6 +77,7 @@ struct RunConfig {
   ArithmeticTaskConfig arithmetic;
   RunningSumTaskConfig running_sum;
   JsonlTaskConfig jsonl;
+  RewardConfig reward;  // task.reward.*: a plug-in or the built-in scorer
 
   // SFT.
   int64_t sft_max_num_steps = 0;  // sft.max_num_steps

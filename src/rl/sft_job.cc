@@ -50,6 +50,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   }
   encode_validation_prompts(*task, tok, config.val_max_examples, config.max_new_tokens, model.config().max_seq_len);
   const dist::Communicator& comm = dist::world();
+  const std::unique_ptr<RewardFunction> reward = make_reward_function(config.reward, *task, comm.rank());
   // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
   AdamW optimizer(model.layout(), config.adam, dist::optimizer_range(model.num_params(), comm.rank(), comm.size()),
                   config.offload_moments ? spill_directory_for(config.log_dir) : fs::path());
@@ -62,17 +63,18 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   std::optional<MetricsLog> metrics;
   std::optional<TfEventsWriter> tensorboard;
   std::optional<RunDirectoryLock> lock;  // one job at a time in a run directory
+  if (root) lock.emplace(run_dir);
+  // Validation before the run's files are written: a reward plug-in that does not answer leaves
+  // nothing behind.
+  SftJobResult result;
+  result.val_accuracy_before =
+      greedy_validation_accuracy(model, *task, *reward, tok, config.val_max_examples, config.max_new_tokens);
   if (root) {
-    lock.emplace(run_dir);
     remove_stale_temporaries(run_dir, "checkpoint");
     write_file_atomic(run_dir / "config.yaml", effective_yaml);
     metrics.emplace(MetricsLog::create(run_dir / "sft_metrics.jsonl"));
     if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
   }
-
-  SftJobResult result;
-  result.val_accuracy_before =
-      greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
   if (root)
     fmt::print("sft: {} parameters, precision {}, validation accuracy before: {:.3f} ({} examples){}\n",
                model.num_params(), precision_name(config.precision), result.val_accuracy_before,
@@ -107,7 +109,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     if (model.config().is_moe()) line["moe_aux_loss"] = r.moe_aux_loss;
     const bool last = step + 1 == config.sft_max_num_steps;
     if (config.sft_val_period > 0 && (step + 1) % config.sft_val_period == 0 && !last) {
-      line["val_accuracy"] = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
+      line["val_accuracy"] = greedy_validation_accuracy(model, *task, *reward, tok, config.val_max_examples, config.max_new_tokens);
     }
     if (metrics) metrics->append(line.dump());
     if (tensorboard) {
@@ -137,7 +139,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     }
   }
   progress.end_line();
-  result.val_accuracy_after = greedy_validation_accuracy(model, *task, tok, config.val_max_examples, config.max_new_tokens);
+  result.val_accuracy_after = greedy_validation_accuracy(model, *task, *reward, tok, config.val_max_examples, config.max_new_tokens);
   result.checkpoint = run_dir / "checkpoint";
   dist::save_checkpoint(comm, result.checkpoint, model, optimizer, {{"sft_steps", config.sft_max_num_steps}},
                         config.model_dir().value_or(""));
@@ -152,10 +154,11 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
 double run_eval_job(const RunConfig& config) {
   FP8RL_REQUIRE(config.model_dir().has_value(), "eval needs model.name=DIR or model.checkpoint=DIR");
   const std::unique_ptr<Task> task = make_task(config);
+  const std::unique_ptr<RewardFunction> reward = make_reward_function(config.reward, *task);
   // Forward only: a frozen model (no FP32 masters, no gradients), the same log-probs.
   Transformer model = load_frozen_model(*config.model_dir(), config.trainer_policy());
   const std::unique_ptr<Tokenizer> tok = load_job_tokenizer(config, model.config());
-  return greedy_validation_accuracy(model, *task, *tok, config.val_max_examples, config.max_new_tokens);
+  return greedy_validation_accuracy(model, *task, *reward, *tok, config.val_max_examples, config.max_new_tokens);
 }
 
 }  // namespace fp8rl

@@ -29,7 +29,7 @@ Example draw_example(RandomStream& rng, const ArithmeticTaskConfig& c) {
   const char op = c.operators[rng.next_below(static_cast<uint32_t>(c.operators.size()))];
   const int64_t a = draw_operand(rng, c.min_operand_digits + static_cast<int>(rng.next_below(static_cast<uint32_t>(span))));
   const int64_t b = draw_operand(rng, c.min_operand_digits + static_cast<int>(rng.next_below(static_cast<uint32_t>(span))));
-  return Example{fmt::format("{}{}{}=", a, op, b), arithmetic_answer(a, op, b)};
+  return Example{fmt::format("{}{}{}=", a, op, b), arithmetic_answer(a, op, b), {}};
 }
 
 [[noreturn]] void config_error(std::string_view message) {

@@ -108,7 +108,7 @@ std::vector<Example> read_jsonl_examples(const std::string& path, const std::str
                 "\"{}\", got {}",
                 path, number, prompt_key, answer_key, line.size() > 120 ? line.substr(0, 120) + "..." : line);
     const nlohmann::json& a = j[answer_key];
-    out.push_back({j[prompt_key].get<std::string>(), a.is_string() ? a.get<std::string>() : a.dump()});
+    out.push_back({j[prompt_key].get<std::string>(), a.is_string() ? a.get<std::string>() : a.dump(), line});
   }
   FP8RL_REQUIRE(!out.empty(), "dataset '{}': no examples", path);
   return out;

@@ -22,7 +22,7 @@ Example draw_example(RandomStream& rng, const RunningSumTaskConfig& c) {
   for (int d = 0; d < c.term_digits; ++d) bound *= 10;
   std::vector<int64_t> values(static_cast<size_t>(terms));
   for (int64_t& value : values) value = rng.next_below(bound);
-  return Example{running_sum_prompt(values), running_sum_answer(values)};
+  return Example{running_sum_prompt(values), running_sum_answer(values), {}};
 }
 
 [[noreturn]] void config_error(std::string_view message) {

@@ -10,10 +10,13 @@ namespace fp8rl {
 
 // One problem. `prompt` is the text the model is conditioned on (e.g. "123+456="); `answer` is
 // the exact reference answer (e.g. "579"), which SFT trains on (followed by <eos>) and the
-// verifier compares against.
+// verifier compares against. `data` is every field of the example as a JSON object's text (a
+// JSONL line as read, so a reward plug-in sees fields such as tests or metadata); empty for the
+// built-in tasks, whose fields are the prompt and the answer (example_data gives them).
 struct Example {
   std::string prompt;
   std::string answer;
+  std::string data;
 };
 
 class Task {

@@ -1,0 +1,66 @@
+#include "tasks/reward.h"
+
+#include "core/check.h"
+#include "io/config.h"
+#include "tasks/reward_plugin.h"
+
+namespace fp8rl {
+
+namespace {
+
+class BuiltinReward final : public RewardFunction {
+ public:
+  explicit BuiltinReward(const Task& task) : task_(task) {}
+  std::vector<RewardResult> score(const std::vector<RewardRequest>& requests) override {
+    std::vector<RewardResult> out;
+    out.reserve(requests.size());
+    for (const RewardRequest& r : requests) out.push_back({task_.reward(*r.example, r.response), {}, false});
+    return out;
+  }
+
+ private:
+  const Task& task_;
+};
+
+}  // namespace
+
+std::unique_ptr<RewardFunction> make_builtin_reward(const Task& task) { return std::make_unique<BuiltinReward>(task); }
+
+void bind_reward_config(ConfigSchema& schema, const std::string& prefix, RewardConfig& config) {
+  const RewardConfig d;
+  schema.add(prefix + ".command", &config.command, d.command,
+             "a reward plug-in: its program and arguments, e.g. [python3, my_reward.py] (JSON Lines on stdin/stdout; "
+             "docs/tasks.md); empty: task.reward.builtin");
+  schema.add_enum(prefix + ".builtin", &config.builtin, d.builtin, {{"verifier", BuiltinRewardKind::kVerifier}},
+                  "the reward without a command: verifier (the task's own)");
+  schema.add(prefix + ".workers", &config.workers, d.workers, "worker processes of the plug-in (per rank)").range(1, 256);
+  schema.add(prefix + ".timeout_s", &config.timeout_s, d.timeout_s,
+             "longest a worker owing replies may stay silent, in seconds").range(0.001, 1e6);
+  schema.add_enum(prefix + ".on_timeout", &config.zero_on_timeout, d.zero_on_timeout, {{"error", false}, {"zero", true}},
+                  "a reply later than timeout_s: error (stop the run) or zero (reward 0, counted in reward_timeouts)");
+  schema.add(prefix + ".max_line_bytes", &config.max_line_bytes, d.max_line_bytes,
+             "longest reply line accepted from a worker").range(64, int64_t{1} << 30);
+}
+
+std::unique_ptr<RewardFunction> make_reward_function(const RewardConfig& config, const Task& task, int rank) {
+  if (config.command.empty()) return make_builtin_reward(task);
+  WorkerPoolOptions o;
+  o.role = "reward worker";
+  o.config_key = "task.reward";
+  o.command = config.command;
+  o.workers = config.workers;
+  o.timeout_s = config.timeout_s;
+  o.restart_on_timeout = config.zero_on_timeout;
+  o.max_line_bytes = config.max_line_bytes;
+  o.extra_env = {fmt::format("FP8RL_RANK={}", rank)};
+  return make_plugin_reward(o);
+}
+
+nlohmann::json example_data(const Example& example) {
+  if (example.data.empty()) return {{"prompt", example.prompt}, {"answer", example.answer}};
+  nlohmann::json j = nlohmann::json::parse(example.data, nullptr, /*allow_exceptions=*/false);
+  FP8RL_CHECK(j.is_object(), "an example's data is not a JSON object: {}", example.data.substr(0, 120));
+  return j;
+}
+
+}  // namespace fp8rl
