@@ -202,6 +202,28 @@ int main(int argc, char** argv) {
   generate->add_flag("--no-batch-invariant", gen_flags.no_batch_invariant,
                      "generation.batch_invariant=false: a lone sample may decode on a faster path (bits differ from "
                      "the trainer's in the last place)");
+  generate->add_flag("--json", gen.json,
+                     "one JSON object per sample: prompt_ids, response_ids, text, logprobs, finish_reason "
+                     "(docs/generation.md)");
+  generate->add_flag("--experts", gen.experts, "with --json, MoE models: the experts of every position and layer");
+
+  // `fp8rl score`: the same generator (or the trainer), teacher-forced over given responses.
+  fp8rl::ScoreJobOptions score_options;
+  GenerateFlags score_flags;
+  CLI::App* score = app.add_subcommand(
+      "score", "Print the log-probs of given responses under a recipe's generator (or --trainer), one JSON line each");
+  score->add_option("input", score_options.input,
+                    "JSONL file: {\"prompt\": text, \"response\": text} or {\"prompt_ids\": [...], \"response_ids\": "
+                    "[...]} per line (generate --json's output is one)")
+      ->required();
+  score->add_option("overrides", score_flags.overrides, "dotted overrides of the recipe");
+  score->add_option("--recipe", score_flags.recipe, "the recipe whose generator (or trainer) scores");
+  score->add_option("--checkpoint", score_flags.checkpoint, "model directory (default: the recipe's)");
+  score->add_flag("--trainer", score_options.trainer,
+                  "the trainer's log-probs (policy.* precision, temperature 1) instead of the generator's");
+  for (const auto& [flag, help] : generation_flags)
+    if (std::string_view(flag) != "--max-new-tokens") score->add_option(flag, score_flags.values[flag], help);
+  score->add_flag("--no-batch-invariant", score_flags.no_batch_invariant, "generation.batch_invariant=false");
 
   std::string export_from, export_to, export_format = "bf16";
   fp8rl::PrecisionPolicy export_policy;
@@ -226,16 +248,24 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
+    // Without a chosen KV budget (no --recipe, no generation.kv_cache_bytes override) generate and
+    // score size it to the request.
+    const auto kv_budget_chosen = [](const GenerateFlags& f) {
+      return !f.recipe.empty() ||
+             std::any_of(f.overrides.begin(), f.overrides.end(),
+                         [](const std::string& o) { return o.starts_with("generation.kv_cache_bytes="); });
+    };
     if (comm.size() > 1 && !*train.app && !*sft.app)
       throw fp8rl::Error("only `train` and `sft` run on several processes; run this command without mpirun");
     fp8rl::ConfigSchema schema;
     fp8rl::RunConfig run;
     if (*generate) {
-      gen.size_kv_cache_to_request =
-          gen_flags.recipe.empty() &&
-          std::none_of(gen_flags.overrides.begin(), gen_flags.overrides.end(),
-                       [](const std::string& o) { return o.starts_with("generation.kv_cache_bytes="); });
+      gen.size_kv_cache_to_request = !kv_budget_chosen(gen_flags);
       fp8rl::run_generate_job(load_generate_recipe(gen_flags, schema, run), gen);
+    }
+    if (*score) {
+      score_options.size_kv_cache_to_request = !kv_budget_chosen(score_flags);
+      fp8rl::run_score_job(load_generate_recipe(score_flags, schema, run), score_options);
     }
     if (*sft.app) fp8rl::run_sft_job(run, load_recipe(sft, schema, run));
     if (*train.app) fp8rl::run_grpo_job(run, load_recipe(train, schema, run), resume, stop_after);

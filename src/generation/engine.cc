@@ -406,16 +406,22 @@ void GenerationEngine::moe_forward(const EngineLayer& e, const std::vector<Row>&
   round_bf16(y, R * C);
 }
 
-std::vector<float> GenerationEngine::prompt_logits(const std::vector<int32_t>& tokens) {
+std::vector<float> GenerationEngine::prompt_logits(const std::vector<int32_t>& tokens, int64_t first_row) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   FP8RL_CHECK(n > 0 && n <= config_.max_seq_len, "prompt_logits: {} tokens (max_seq_len {})", n, config_.max_seq_len);
+  FP8RL_CHECK(first_row >= 0 && first_row < n, "prompt_logits: first row {} of {}", first_row, n);
+  if (options_.kv_dtype == DType::kE4M3)
+    FP8RL_CHECK(kv_.scales_set(), "prompt_logits: the FP8 KV cache has no Q/K/V scales for the current weights");
   KvBlockList seq;
-  FP8RL_CHECK(kv_.reserve(seq, n), "prompt_logits: the KV cache cannot hold {} tokens", n);
+  FP8RL_REQUIRE(kv_.reserve(seq, n), "the KV cache ({} tokens) cannot hold a sequence of {} tokens: raise "
+                                     "generation.kv_cache_bytes", kv_.capacity_tokens(), n);
   std::vector<Row> rows;
   for (int64_t i = 0; i < n; ++i) rows.push_back({nullptr, 0, &seq, i, tokens[static_cast<size_t>(i)]});
-  std::vector<float> logits(static_cast<size_t>(n * config_.vocab_size));
+  std::vector<int64_t> logit_rows;
+  for (int64_t i = first_row; i < n; ++i) logit_rows.push_back(i);
+  std::vector<float> logits(static_cast<size_t>((n - first_row) * config_.vocab_size));
   try {
-    forward_rows(rows, logits.data());
+    forward_rows(rows, logits.data(), logit_rows);
   } catch (...) {
     kv_.release(seq);
     throw;

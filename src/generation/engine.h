@@ -144,9 +144,9 @@ class GenerationEngine {
                                           int64_t samples_per_prompt, const GenerateOptions& options);
   const GenerationStats& last_stats() const { return stats_; }
 
-  // The logits [V] of every position of `tokens` (a full forward through the engine, no
-  // sampling), for tests and diagnostics.
-  std::vector<float> prompt_logits(const std::vector<int32_t>& tokens);
+  // The logits [V] of the positions first_row .. of `tokens` (one forward through the engine, no
+  // sampling; the rows' bits are decode's): teacher forcing (`fp8rl score`), tests, diagnostics.
+  std::vector<float> prompt_logits(const std::vector<int32_t>& tokens, int64_t first_row = 0);
 
  private:
   struct EngineLinear {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -11,11 +12,62 @@
 
 namespace fp8rl {
 
-SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& p, uint64_t sequence, uint64_t step,
-                          float* scratch) {
+namespace {
+
+// Truncated sampling's set: the k most likely tokens (ties by id), then the smallest prefix of
+// them whose mass reaches top_p; sampling draws within it by the renormalised probabilities.
+struct KeptSet {
+  std::vector<int32_t> order;  // token ids by decreasing z; the first `keep` are kept
+  int64_t keep = 0;
+  double mass = 0;  // of the kept tokens, under softmax(z)
+};
+
+KeptSet kept_set(const float* z, int64_t V, float lse, const SamplingParams& p) {
+  KeptSet s;
+  s.order.resize(static_cast<size_t>(V));
+  std::iota(s.order.begin(), s.order.end(), 0);
+  std::stable_sort(s.order.begin(), s.order.end(), [&](int32_t a, int32_t b) { return z[a] > z[b]; });
+  s.keep = p.top_k > 0 ? std::min<int64_t>(p.top_k, V) : V;
+  double mass = 0.0;
+  for (int64_t i = 0; i < s.keep; ++i) {
+    mass += std::exp(static_cast<double>(z[s.order[static_cast<size_t>(i)]] - lse));
+    if (mass >= p.top_p) {
+      s.keep = i + 1;
+      break;
+    }
+  }
+  for (int64_t i = 0; i < s.keep; ++i) s.mass += std::exp(static_cast<double>(z[s.order[static_cast<size_t>(i)]] - lse));
+  return s;
+}
+
+void check_params(const SamplingParams& p) {
   FP8RL_CHECK(p.temperature >= 0.0f && p.top_p > 0.0f && p.top_p <= 1.0f && p.top_k >= 0,
               "sampling: temperature must be >= 0, top_p in (0, 1], top_k >= 0; got {}, {}, {}", p.temperature, p.top_p,
               p.top_k);
+}
+
+}  // namespace
+
+float token_logprob(const float* logits, int64_t V, const SamplingParams& p, int32_t token, float* scratch) {
+  check_params(p);
+  FP8RL_CHECK(token >= 0 && token < V, "token_logprob: token {} outside the vocabulary [0, {})", token, V);
+  if (p.temperature == 0.0f) return logits[token] - logsumexp_row(logits, V);
+  const float* z = logits;
+  if (p.temperature != 1.0f) {
+    for (int64_t v = 0; v < V; ++v) scratch[v] = logits[v] / p.temperature;
+    z = scratch;
+  }
+  const float lse = logsumexp_row(z, V);
+  if (!((p.top_k > 0 && p.top_k < V) || p.top_p < 1.0f)) return z[token] - lse;
+  const KeptSet kept = kept_set(z, V, lse, p);
+  if (std::find(kept.order.begin(), kept.order.begin() + kept.keep, token) == kept.order.begin() + kept.keep)
+    return -std::numeric_limits<float>::infinity();
+  return static_cast<float>(static_cast<double>(z[token] - lse) - std::log(kept.mass));
+}
+
+SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& p, uint64_t sequence, uint64_t step,
+                          float* scratch) {
+  check_params(p);
   if (p.temperature == 0.0f) {
     int32_t best = 0;
     for (int64_t v = 1; v < V; ++v)
@@ -47,22 +99,10 @@ SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& 
     }
     return {token, z[token] - lse};
   }
-  // Truncated: the k most likely tokens (ties by id), then the smallest prefix of them whose mass
-  // reaches top_p; sample within the kept set by its renormalised probabilities.
-  std::vector<int32_t> order(static_cast<size_t>(V));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return z[a] > z[b]; });
-  int64_t keep = p.top_k > 0 ? std::min<int64_t>(p.top_k, V) : V;
-  double mass = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    mass += std::exp(static_cast<double>(z[order[static_cast<size_t>(i)]] - lse));
-    if (mass >= p.top_p) {
-      keep = i + 1;
-      break;
-    }
-  }
-  double kept_mass = 0.0;
-  for (int64_t i = 0; i < keep; ++i) kept_mass += std::exp(static_cast<double>(z[order[static_cast<size_t>(i)]] - lse));
+  const KeptSet kept = kept_set(z, V, lse, p);
+  const std::vector<int32_t>& order = kept.order;
+  const int64_t keep = kept.keep;
+  const double kept_mass = kept.mass;
   double cumulative = 0.0;
   int32_t token = order[static_cast<size_t>(keep - 1)];
   for (int64_t i = 0; i < keep; ++i) {

@@ -28,4 +28,9 @@ struct SampledToken {
 SampledToken sample_token(const float* logits, int64_t V, const SamplingParams& params, uint64_t sequence,
                           uint64_t step, float* scratch);
 
+// The log-probability sample_token reports when it draws `token` from `logits` (teacher forcing:
+// `fp8rl score`), bit for bit; -infinity for a token outside the top-k / top-p set. `scratch`
+// holds at least V floats.
+float token_logprob(const float* logits, int64_t V, const SamplingParams& params, int32_t token, float* scratch);
+
 }  // namespace fp8rl

@@ -36,6 +36,8 @@ void bind_reward_config(ConfigSchema& schema, const std::string& prefix, RewardC
   schema.add(prefix + ".workers", &config.workers, d.workers, "worker processes of the plug-in (per rank)").range(1, 256);
   schema.add(prefix + ".timeout_s", &config.timeout_s, d.timeout_s,
              "longest a worker owing replies may stay silent, in seconds").range(0.001, 1e6);
+  schema.add(prefix + ".startup_timeout_s", &config.startup_timeout_s, d.startup_timeout_s,
+             "the same before a worker's first reply (it may load a model first), in seconds").range(0.001, 1e6);
   schema.add_enum(prefix + ".on_timeout", &config.zero_on_timeout, d.zero_on_timeout, {{"error", false}, {"zero", true}},
                   "a reply later than timeout_s: error (stop the run) or zero (reward 0, counted in reward_timeouts)");
   schema.add(prefix + ".max_line_bytes", &config.max_line_bytes, d.max_line_bytes,
@@ -50,6 +52,7 @@ std::unique_ptr<RewardFunction> make_reward_function(const RewardConfig& config,
   o.command = config.command;
   o.workers = config.workers;
   o.timeout_s = config.timeout_s;
+  o.startup_timeout_s = config.startup_timeout_s;
   o.restart_on_timeout = config.zero_on_timeout;
   o.max_line_bytes = config.max_line_bytes;
   o.extra_env = {fmt::format("FP8RL_RANK={}", rank)};

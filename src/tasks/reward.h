@@ -29,6 +29,7 @@ struct RewardConfig {
   BuiltinRewardKind builtin = BuiltinRewardKind::kVerifier;  // task.reward.builtin
   int64_t workers = 2;                // task.reward.workers: worker processes (per rank)
   double timeout_s = 60;              // task.reward.timeout_s: longest silence of a worker owing a reply
+  double startup_timeout_s = 600;     // task.reward.startup_timeout_s: the same before a worker's first reply
   bool zero_on_timeout = false;       // task.reward.on_timeout: error | zero
   int64_t max_line_bytes = int64_t{1} << 20;  // task.reward.max_line_bytes: longest reply line
 };

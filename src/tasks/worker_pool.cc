@@ -33,8 +33,10 @@ WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options))
   FP8RL_REQUIRE(!options_.command.empty(), "{}.command is empty: give the worker's program and its arguments",
                 options_.config_key);
   FP8RL_REQUIRE(options_.workers >= 1, "{}.workers must be >= 1, got {}", options_.config_key, options_.workers);
-  FP8RL_REQUIRE(options_.timeout_s > 0 && std::isfinite(options_.timeout_s), "{}.timeout_s must be > 0, got {}",
-                options_.config_key, options_.timeout_s);
+  FP8RL_REQUIRE(options_.timeout_s > 0 && std::isfinite(options_.timeout_s) && options_.startup_timeout_s > 0 &&
+                    std::isfinite(options_.startup_timeout_s),
+                "{}.timeout_s and startup_timeout_s must be > 0, got {} and {}", options_.config_key, options_.timeout_s,
+                options_.startup_timeout_s);
   workers_.resize(static_cast<size_t>(options_.workers));
   for (int64_t i = 0; i < options_.workers; ++i) start_worker(i);
 }
@@ -58,7 +60,7 @@ void WorkerPool::start_worker(int64_t index) {
   w.out.clear();
   w.to_write.clear();
   w.written = 0;
-  w.stdout_closed = w.stdin_closed = false;
+  w.stdout_closed = w.stdin_closed = w.replied = false;
   w.progress = Clock::now();
 }
 
@@ -134,6 +136,7 @@ void WorkerPool::take_lines(int64_t index, std::vector<WorkerReply>& replies) {
     answered_.insert(id);
     --outstanding_;
     w.progress = Clock::now();
+    w.replied = true;
     replies.push_back({id, std::move(reply), index, false});
   }
   w.out.erase(0, begin);
@@ -147,11 +150,14 @@ void WorkerPool::check_timeouts(std::vector<WorkerReply>& replies) {
   const auto now = Clock::now();
   for (int64_t i = 0; i < size(); ++i) {
     Worker& w = workers_[static_cast<size_t>(i)];
-    if (w.order.empty() || std::chrono::duration<double>(now - w.progress).count() < options_.timeout_s) continue;
+    if (w.order.empty() || std::chrono::duration<double>(now - w.progress).count() < silence_allowed(w)) continue;
     const std::string id = w.order.front();
     if (!options_.restart_on_timeout)
-      fail(i, id, fmt::format("no reply within {}.timeout_s = {} s ({}.on_timeout: zero scores it 0 instead)",
-                              options_.config_key, options_.timeout_s, options_.config_key));
+      fail(i, id,
+           w.replied ? fmt::format("no reply within {}.timeout_s = {} s ({}.on_timeout: zero scores it 0 instead)",
+                                   options_.config_key, options_.timeout_s, options_.config_key)
+                     : fmt::format("no first reply within {}.startup_timeout_s = {} s", options_.config_key,
+                                   options_.startup_timeout_s));
     // A timed-out reply; the worker is replaced, and gets the rest of its requests again.
     std::vector<std::string> rest;
     for (size_t k = 1; k < w.order.size(); ++k) rest.push_back(w.lines.at(w.order[k]));
@@ -189,7 +195,7 @@ std::vector<WorkerReply> WorkerPool::poll(double wait_seconds) {
       }
       if (!w.order.empty())
         next_deadline = std::min(
-            next_deadline, options_.timeout_s - std::chrono::duration<double>(Clock::now() - w.progress).count());
+            next_deadline, silence_allowed(w) - std::chrono::duration<double>(Clock::now() - w.progress).count());
     }
     const double left = std::chrono::duration<double>(until - Clock::now()).count();
     const double wait = replies.empty() ? std::max(0.0, std::min(left, next_deadline)) : 0.0;

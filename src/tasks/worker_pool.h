@@ -8,8 +8,9 @@
 // worker's stderr: it cannot be started; it exits (or closes its stdout) while the run needs it;
 // a reply line that is not a JSON object with a string "id"; an id it was not sent, or answers
 // twice; a line longer than max_line_bytes; no reply to a request for timeout_s seconds of the
-// worker's silence (unless restart_on_timeout, which gives that request a timed-out reply,
-// restarts the worker and sends it the rest of its requests again). What a reply must hold
+// worker's silence, or startup_timeout_s before its first reply, which may load a model first
+// (unless restart_on_timeout, which gives that request a timed-out reply, restarts the worker and
+// sends it the rest of its requests again). What a reply must hold
 // beyond its id is the caller's to check (fail() makes its error in the same form).
 //
 // Requests are written as UTF-8 (bytes that are not, such as a response cut inside a character,
@@ -37,6 +38,7 @@ struct WorkerPoolOptions {
   std::vector<std::string> command;
   int64_t workers = 1;
   double timeout_s = 60;
+  double startup_timeout_s = 600;  // before a worker's first reply
   bool restart_on_timeout = false;
   int64_t max_line_bytes = int64_t{1} << 20;
   std::vector<std::string> extra_env;  // "NAME=value", besides FP8RL_WORKER_INDEX and PYTHONUNBUFFERED=1
@@ -86,6 +88,7 @@ class WorkerPool {
     std::unordered_map<std::string, std::string> lines;   // id -> its request line (for a restart)
     Clock::time_point progress;  // its last reply, or when it was last idle and got a request
     bool stdout_closed = false, stdin_closed = false;
+    bool replied = false;  // since it started: until then its silence may last startup_timeout_s
   };
 
   void start_worker(int64_t index);
@@ -95,6 +98,7 @@ class WorkerPool {
   void take_lines(int64_t index, std::vector<WorkerReply>& replies);
   // The oldest unanswered request of a worker silent for timeout_s: an error, or a timed-out reply.
   void check_timeouts(std::vector<WorkerReply>& replies);
+  double silence_allowed(const Worker& w) const { return w.replied ? options_.timeout_s : options_.startup_timeout_s; }
 
   WorkerPoolOptions options_;
   std::vector<Worker> workers_;

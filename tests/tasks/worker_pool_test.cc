@@ -143,7 +143,7 @@ TEST(WorkerPool, EachMisbehaviourIsAnErrorNamingTheWorkerTheRequestAndItsStderr)
   const auto run = [&](const std::string& body) {
     return error_message([&] {
       WorkerPoolOptions o = python_worker(tmp, "    print('about to misbehave', file=sys.stderr, flush=True)\n" + body);
-      o.timeout_s = 0.5;
+      o.timeout_s = o.startup_timeout_s = 3;  // Python may take a second to start on a busy machine
       WorkerPool pool(o);
       pool.call({{{"id", "q1"}}});
     });
@@ -153,7 +153,7 @@ TEST(WorkerPool, EachMisbehaviourIsAnErrorNamingTheWorkerTheRequestAndItsStderr)
   EXPECT_THAT(run("    print('hello')\n"), HasSubstr("owing request 'q1': wrote a line that is not JSON: hello"));
   EXPECT_THAT(run("    reply([1, 2])\n"), HasSubstr("not a JSON object with a string \"id\": [1, 2]"));
   EXPECT_THAT(run("    reply({'id': 'other'})\n"), HasSubstr("request 'other': answered a request it was not sent"));
-  EXPECT_THAT(run("    time.sleep(30)\n"), HasSubstr("request 'q1': no reply within task.reward.timeout_s = 0.5 s"));
+  EXPECT_THAT(run("    time.sleep(30)\n"), HasSubstr("request 'q1': no first reply within task.reward.startup_timeout_s = 3 s"));
   EXPECT_THAT(run("    sys.stdout.write('x' * 3000000); sys.stdout.flush(); time.sleep(30)\n"),
               HasSubstr("without a newline"));
   EXPECT_THAT(run("    raise ValueError('bad input')\n"), HasSubstr("ValueError: bad input"));
@@ -166,7 +166,7 @@ TEST(WorkerPool, ATimeoutCanScoreZeroAndRestartTheWorker) {
   WorkerPoolOptions o = python_worker(tmp,
                                       "    if r['id'] == 'slow': time.sleep(30)\n"
                                       "    reply({'id': r['id'], 'reward': 1.0})\n");
-  o.timeout_s = 0.3;
+  o.timeout_s = 1.5;  // the first reply (a, after Python starts) has startup_timeout_s
   o.restart_on_timeout = true;
   WorkerPool pool(o);
   const std::vector<WorkerReply> replies = pool.call({{{"id", "a"}}, {{"id", "slow"}}, {{"id", "b"}}});
