@@ -461,6 +461,11 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
     GeneratedSequence out;
     bool needs_prefill = false;
     std::vector<uint16_t> routing;  // every position's (prompt and response)
+    // Multi-turn: waiting for the handler's answer; ended by it; where the current turn began;
+    // the tokens to prefill before the next sampled one (its last sampled token and an observation).
+    bool waiting = false, done = false;
+    size_t turn_begin = 0;
+    int64_t prefill_from = -1;  // index into out.tokens (-1: nothing to prefill)
   };
   std::vector<Prefix> prefixes(static_cast<size_t>(P));
   for (Prefix& pre : prefixes) pre.unfinished = G;
@@ -473,23 +478,65 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
   std::vector<float> scratch(static_cast<size_t>(2 * V));  // sample_token's
 
   auto plen = [&](int64_t p) { return static_cast<int64_t>(prompts[static_cast<size_t>(p)].size()); };
+  auto finished = [&](const Sample& s) {
+    return s.done || (opt.turns == nullptr && !s.out.tokens.empty() && s.out.tokens.back() == opt.eos) ||
+           static_cast<int64_t>(s.out.tokens.size()) >= opt.max_new_tokens;
+  };
   auto sample_next = [&](Sample& s, const float* logits) {
     const uint64_t stream = opt.first_sequence_index + static_cast<uint64_t>(s.p * G + s.g);
     const SampledToken t = sample_token(logits, V, opt.sampling, stream, s.out.tokens.size(), scratch.data());
     s.out.tokens.push_back(t.token);
     s.out.logprobs.push_back(t.logprob);
     if (t.token == opt.eos) s.out.finish = FinishReason::kStop;
+    if (opt.turns == nullptr) return;
+    s.out.observation.push_back(0);
+    // A turn that ends with room for more goes to the handler; the budget's end ends the sample.
+    if (finished(s)) return;
+    if (t.token == opt.eos || opt.turns->ends_turn(s.p * G + s.g, s.out.tokens, s.turn_begin)) {
+      s.waiting = true;
+      ++s.out.turns;
+      opt.turns->submit(s.p * G + s.g, s.out.tokens);
+    }
   };
-  auto finished = [&](const Sample& s) {
-    return (!s.out.tokens.empty() && s.out.tokens.back() == opt.eos) ||
-           static_cast<int64_t>(s.out.tokens.size()) >= opt.max_new_tokens;
+  // The handler's answer for a waiting sample: the end, or an observation to prefill (with the
+  // sample's last token, which no forward has read yet). One that leaves no room for the model's
+  // next token ends the sample instead.
+  auto take_answer = [&](Sample& s, TurnHandler::Answer& a) {
+    s.waiting = false;
+    s.out.finish = FinishReason::kStop;
+    const size_t room = static_cast<size_t>(opt.max_new_tokens) - s.out.tokens.size();
+    if (a.done || a.observation.size() >= room) {
+      if (!a.done) s.out.finish = FinishReason::kLength;
+      s.done = true;
+      return;
+    }
+    if (a.observation.empty()) return;  // the model goes on where it stopped
+    s.prefill_from = static_cast<int64_t>(s.out.tokens.size()) - 1;
+    s.out.tokens.insert(s.out.tokens.end(), a.observation.begin(), a.observation.end());
+    s.out.logprobs.insert(s.out.logprobs.end(), a.observation.size(), 0.0f);
+    s.out.observation.insert(s.out.observation.end(), a.observation.size(), 1);
+    s.turn_begin = s.out.tokens.size();
+    stats_.observation_tokens += static_cast<int64_t>(a.observation.size());
   };
+  bool idle = false;  // the last pass decoded nothing: every running sample waits for an answer
 
   while (!pending.empty() || !active.empty()) {
+    if (opt.turns != nullptr && std::any_of(active.begin(), active.end(), [](const auto& s) { return s->waiting; })) {
+      const Timer wait_timer;
+      std::vector<TurnHandler::Answer> answers = opt.turns->poll(/*wait=*/idle);
+      if (idle) stats_.turn_wait_seconds += wait_timer.seconds();
+      for (TurnHandler::Answer& a : answers) {
+        const auto it = std::find_if(active.begin(), active.end(),
+                                     [&](const auto& s) { return s->waiting && s->p * G + s->g == a.sequence; });
+        FP8RL_CHECK(it != active.end(), "generate: an answer for sequence {}, which is not waiting for one", a.sequence);
+        take_answer(**it, a);
+      }
+    }
     // Admission: start waiting samples while there is room (continuous batching).
     std::vector<Row> prefill;
     std::vector<std::pair<Sample*, int64_t>> prefill_last_rows;  // sample (or nullptr) -> row index
     std::vector<std::pair<int64_t, int64_t>> prefix_last_rows;   // prompt -> row index
+    std::vector<std::pair<Sample*, int64_t>> observation_last_rows;  // sample -> its observation's last row
     std::vector<Sample*> admitted;
     while (!pending.empty() && static_cast<int64_t>(active.size()) < options_.max_num_seqs) {
       const auto [p, g] = pending.front();
@@ -538,12 +585,25 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
       pending.pop_front();
     }
     stats_.peak_active = std::max<int64_t>(stats_.peak_active, static_cast<int64_t>(active.size()));
+    // Observations join the prefill: the sample's last sampled token, then the observation's.
+    for (auto& s : active) {
+      if (s->prefill_from < 0) continue;
+      const int64_t prefix_len = opt.share_prefix ? plen(s->p) : 0;
+      for (size_t i = static_cast<size_t>(s->prefill_from); i < s->out.tokens.size(); ++i) {
+        const int64_t pos = plen(s->p) + static_cast<int64_t>(i);
+        prefill.push_back({opt.share_prefix ? &prefixes[static_cast<size_t>(s->p)].blocks : nullptr, prefix_len, &s->own,
+                           pos, s->out.tokens[i], per_position > 0 ? s->routing.data() + pos * per_position : nullptr});
+      }
+      observation_last_rows.emplace_back(s.get(), static_cast<int64_t>(prefill.size()) - 1);
+      s->prefill_from = -1;
+    }
     if (!prefill.empty()) {
       const Timer prefill_timer;
       // Logits of the prompts' last rows only (a prompt's other rows only fill the cache).
       std::vector<int64_t> last_rows;
       for (const auto& [p, r] : prefix_last_rows) last_rows.push_back(r);
       for (const auto& [s, r] : prefill_last_rows) last_rows.push_back(r);
+      for (const auto& [s, r] : observation_last_rows) last_rows.push_back(r);
       std::sort(last_rows.begin(), last_rows.end());
       std::vector<float> logits(last_rows.size() * static_cast<size_t>(V));
       forward_rows(prefill, logits.data(), last_rows);
@@ -559,6 +619,7 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
         pre.prefilled = true;
       }
       for (const auto& [s, r] : prefill_last_rows) s->first_logits.assign(logits_of(r), logits_of(r) + V);
+      for (const auto& [s, r] : observation_last_rows) sample_next(*s, &*logits_of(r));
     }
     // A newly admitted sample draws its first token from the logits after the prompt.
     for (Sample* s : admitted)
@@ -568,7 +629,7 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
     std::vector<Row> rows;
     std::vector<Sample*> stepping;
     for (auto& s : active) {
-      if (finished(*s)) continue;
+      if (finished(*s) || s->waiting) continue;
       const int64_t prefix_len = opt.share_prefix ? plen(s->p) : 0;
       const int64_t pos = plen(s->p) + static_cast<int64_t>(s->out.tokens.size()) - 1;
       rows.push_back({opt.share_prefix ? &prefixes[static_cast<size_t>(s->p)].blocks : nullptr, prefix_len, &s->own, pos,
@@ -584,6 +645,7 @@ std::vector<GeneratedSequence> GenerationEngine::generate(const std::vector<std:
       for (size_t i = 0; i < stepping.size(); ++i) sample_next(*stepping[i], logits.data() + i * static_cast<size_t>(V));
       stats_.decode_seconds += decode_timer.seconds();
     }
+    idle = prefill.empty() && rows.empty();
     // Retire finished samples; their pages (and a prompt's, after its last sample) are reused.
     for (auto it = active.begin(); it != active.end();) {
       Sample& s = **it;

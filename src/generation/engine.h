@@ -31,6 +31,7 @@
 
 #include "generation/kv_cache.h"
 #include "generation/sampling.h"
+#include "generation/turn_handler.h"
 #include "kernels/gemv.h"
 #include "model/config.h"
 #include "model/moe_routing.h"
@@ -87,6 +88,9 @@ struct GenerateOptions {
   int32_t eos = 2;
   uint64_t first_sequence_index = 0;  // sequence (prompt p, sample g) draws from stream first + p*G + g
   bool share_prefix = true;           // the G samples of a prompt share its prefill and KV entries
+  // Multi-turn (generation/turn_handler.h): observations between the model's turns, all within
+  // max_new_tokens. nullptr: one turn, ended by eos or max_new_tokens.
+  TurnHandler* turns = nullptr;
 };
 
 enum class FinishReason : uint8_t { kStop, kLength };
@@ -97,6 +101,10 @@ struct GeneratedSequence {
   std::vector<int32_t> tokens;   // generated tokens, the eos included when it was generated
   std::vector<float> logprobs;   // log-prob of each token under the distribution it was drawn from
   FinishReason finish = FinishReason::kLength;
+  // Multi-turn only: 1 where the token is an observation (prefilled, not sampled; its logprobs
+  // entry is 0), 0 where the model sampled it; and how many turns the handler was asked about.
+  std::vector<uint8_t> observation;
+  int64_t turns = 0;
   // MoE models: the experts each input position was routed to, [positions, MoE layers, k] slots
   // best first, for positions 0 .. prompt + tokens - 2 (every token the model read; the last
   // generated token is never read). Empty for a dense model.
@@ -113,6 +121,10 @@ struct GenerationStats {
   int64_t kv_waited = 0;
   double prefill_seconds = 0;  // wall time of the prefill forwards (benchmarks)
   double decode_seconds = 0;   // wall time of the decode forwards and their sampling
+  // Multi-turn: observation tokens prefilled, and the wall time spent waiting for answers with
+  // no sample left to decode.
+  int64_t observation_tokens = 0;
+  double turn_wait_seconds = 0;
 };
 
 class GenerationEngine {

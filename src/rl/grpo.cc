@@ -25,8 +25,10 @@
 #include "rl/evaluate.h"
 #include "rl/grpo_loss.h"
 #include "rl/model_source.h"
+#include "rl/multi_turn.h"
 #include "rl/refit.h"
 #include "rl/reward_metrics.h"
+#include "rl/rollout.h"
 
 namespace fp8rl {
 
@@ -41,47 +43,6 @@ constexpr uint64_t kPromptStream = 1ull << 40;
 // on (gigabytes of buffers at such sizes; below it, touching the pages again costs more than the
 // memory is worth).
 constexpr int64_t kReleaseMemoryParams = 100'000'000;
-
-// One rollout: prompt p's sample g, with everything the trainer needs.
-struct Rollout {
-  const Example* example = nullptr;
-  std::vector<int32_t> prompt;    // bos + prompt tokens
-  std::vector<int32_t> response;  // generated tokens (eos included when generated)
-  std::vector<float> gen, prev, ref;  // [response tokens]
-  float reward = 0, advantage = 0;
-  std::vector<uint16_t> routing;  // MoE models: the generator's experts (GeneratedSequence::routing)
-};
-
-// Right-padded trainer batch of rollouts [begin, end): targets are the response tokens. With
-// `replay_width` (MoE layers x k, policy.router_replay) the batch replays the generator's experts
-// at every position it read (the last token and padding take the router's own choice).
-TokenBatch rollout_batch(const std::vector<Rollout>& r, size_t begin, size_t end, int32_t pad, int64_t replay_width) {
-  int64_t T = 1;
-  for (size_t i = begin; i < end; ++i) T = std::max<int64_t>(T, static_cast<int64_t>(r[i].prompt.size() + r[i].response.size()));
-  TokenBatch b = TokenBatch::empty(static_cast<int64_t>(end - begin), T, pad);
-  for (size_t i = begin; i < end; ++i) {
-    const size_t row0 = (i - begin) * static_cast<size_t>(T);
-    std::copy(r[i].prompt.begin(), r[i].prompt.end(), b.tokens.begin() + static_cast<std::ptrdiff_t>(row0));
-    std::copy(r[i].response.begin(), r[i].response.end(),
-              b.tokens.begin() + static_cast<std::ptrdiff_t>(row0 + r[i].prompt.size()));
-    // Row prompt.size()-1+j predicts response[j]. The last response token is input to no row
-    // that matters; the batch's length counts it so its K/V exist for calibration.
-    for (size_t j = 0; j < r[i].response.size(); ++j) b.targets[row0 + r[i].prompt.size() - 1 + j] = r[i].response[j];
-    b.lengths[i - begin] = static_cast<int32_t>(r[i].prompt.size() + r[i].response.size());
-  }
-  if (replay_width > 0) {
-    b.experts.assign(static_cast<size_t>(b.B * b.T * replay_width), -1);
-    for (size_t i = begin; i < end; ++i) {
-      const size_t read = r[i].prompt.size() + r[i].response.size() - 1;
-      FP8RL_CHECK(r[i].routing.size() == read * static_cast<size_t>(replay_width),
-                  "router replay: rollout {} has {} routing entries from the generator, expected {} positions x {}", i,
-                  r[i].routing.size(), read, replay_width);
-      std::copy(r[i].routing.begin(), r[i].routing.end(),
-                b.experts.begin() + static_cast<std::ptrdiff_t>((i - begin) * static_cast<size_t>(b.T * replay_width)));
-    }
-  }
-  return b;
-}
 
 // MoE models: the trainer's routing in its last forward (rollouts [begin, end) as rollout_batch
 // lays them out, T positions each) against the generator's, into `sums`: one decision per
@@ -181,6 +142,7 @@ struct StepRollouts {
   int64_t tokens = 0, longest = 0;  // response tokens in all, and in the longest response
   int64_t kv_waited = 0;  // rollouts that waited for KV cache pages
   RewardMetrics reward_metrics;  // a plug-in's named figures, averaged, and its timeouts
+  int64_t env_turns = 0, observation_tokens = 0;  // multi-turn: in all rollouts
 };
 
 // What the optimizer steps of one GRPO step leave.
@@ -235,6 +197,10 @@ class GrpoJob {
   void use_kv_scales(const std::vector<QkvScales>& scales);
   std::vector<MicroBatches> optimizer_steps() const;
   void offload_reference();
+  // The text a reward scores: the response up to eos, or a multi-turn sample's whole transcript.
+  std::string response_text(const std::vector<int32_t>& response) const {
+    return environment_ ? tokenizer_->decode_transcript(response) : tokenizer_->decode_response(response);
+  }
 
   const RunConfig& config_;
   const dist::Communicator& comm_;
@@ -244,6 +210,7 @@ class GrpoJob {
   const fs::path run_dir_, ckpt_dir_;
   std::unique_ptr<Task> task_;
   std::unique_ptr<RewardFunction> reward_;  // this rank's: a plug-in's workers, or the task's verifier
+  std::unique_ptr<Environment> environment_;  // this rank's multi-turn environment (task.environment), if any
   Transformer policy_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::vector<std::vector<int32_t>> train_ids_, val_ids_;
@@ -309,6 +276,7 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
       ckpt_dir_(run_dir_ / "checkpoint"),
       task_(make_task(config)),
       reward_(make_reward_function(config.reward, *task_, comm_.rank())),
+      environment_(config.environment.enabled() ? make_environment(config.environment, comm_.rank()) : nullptr),
       policy_(load_job_model(config)),
       tokenizer_(load_job_tokenizer(config, policy_.config())),
       // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
@@ -419,12 +387,27 @@ double GrpoJob::validate() {
   const std::vector<std::vector<int32_t>> prompts(val_ids_.begin() + share.begin, val_ids_.begin() + share.end);
   std::vector<double> mine;
   if (!prompts.empty()) {
-    const auto out = generator_.generate(prompts, 1, val_opts_);
+    std::vector<const Example*> examples;
+    for (int64_t i = share.begin; i < share.end; ++i) examples.push_back(&val[static_cast<size_t>(i)]);
+    std::optional<EnvironmentTurns> turns;
+    GenerateOptions opts = val_opts_;
+    if (environment_) {
+      turns.emplace(*environment_, config_.environment, *tokenizer_, examples, 1, "val", share.begin);
+      opts.turns = &*turns;
+    }
+    const auto out = generator_.generate(prompts, 1, opts);
     std::vector<RewardRequest> requests;
-    for (int64_t i = share.begin; i < share.end; ++i)
-      requests.push_back({fmt::format("val/{}", i), &val[static_cast<size_t>(i)],
-                          tokenizer_->decode_response(out[static_cast<size_t>(i - share.begin)].tokens)});
-    for (const RewardResult& r : reward_->score(requests)) mine.push_back(r.reward);
+    std::vector<double> given(out.size(), std::nan(""));  // rewards an environment gave
+    for (size_t k = 0; k < out.size(); ++k) {
+      if (turns && turns->reward(static_cast<int64_t>(k))) {
+        given[k] = *turns->reward(static_cast<int64_t>(k));
+        continue;
+      }
+      requests.push_back({fmt::format("val/{}", share.begin + static_cast<int64_t>(k)), examples[k],
+                          response_text(out[k].tokens)});
+    }
+    const std::vector<RewardResult> scored = reward_->score(requests);
+    for (size_t k = 0, n = 0; k < out.size(); ++k) mine.push_back(std::isnan(given[k]) ? scored[n++].reward : given[k]);
   }
   double total = 0;
   for (double reward : dist::allgather_values(comm_, mine)) total += reward;
@@ -461,9 +444,19 @@ StepRollouts GrpoJob::generate(int64_t step) {
   const dist::Share share = dist::share_of(P_, comm_.rank(), comm_.size());
   std::vector<GeneratedSequence> mine;
   StepRollouts out;
+  std::optional<EnvironmentTurns> turns;  // multi-turn: this rank's samples' turns
   if (share.end > share.begin) {
     gen_opts_.first_sequence_index = static_cast<uint64_t>(step * rollouts_ + share.begin * G_);
+    gen_opts_.turns = nullptr;
+    if (environment_) {
+      std::vector<const Example*> examples;
+      for (int64_t i = share.begin * G_; i < share.end * G_; ++i) examples.push_back(picks[static_cast<size_t>(i / G_)]);
+      turns.emplace(*environment_, config_.environment, *tokenizer_, examples, G_, fmt::format("step{}", step + 1),
+                    share.begin);
+      gen_opts_.turns = &*turns;
+    }
     mine = generator_.generate({prompts.begin() + share.begin, prompts.begin() + share.end}, G_, gen_opts_);
+    gen_opts_.turns = nullptr;
     for (GeneratedSequence& s : mine) s.prompt_index += share.begin;
     out.kv_waited = generator_.last_stats().kv_waited;
   }
@@ -480,20 +473,29 @@ StepRollouts GrpoJob::generate(int64_t step) {
     r[i].example = picks[i / static_cast<size_t>(G_)];
     r[i].prompt = prompts[i / static_cast<size_t>(G_)];
     r[i].response = seqs[i].tokens;
+    r[i].observation = seqs[i].observation;
     r[i].gen = seqs[i].logprobs;
     r[i].routing = seqs[i].routing;
+    out.env_turns += seqs[i].turns;
+    out.observation_tokens += static_cast<int64_t>(r[i].response.size()) - model_tokens(r[i]);
     out.tokens += static_cast<int64_t>(r[i].response.size());
     out.longest = std::max<int64_t>(out.longest, static_cast<int64_t>(r[i].response.size()));
   }
   // Rewards: each rank scores the rollouts it generated (with its own plug-in workers), then
   // every rank has all of them, in rollout order.
+  // (A multi-turn sample whose environment gave its reward is not scored again.)
   std::vector<RewardRequest> requests;
+  const auto given = [&](int64_t i) -> std::optional<double> {
+    return turns ? turns->reward(i - share.begin * G_) : std::nullopt;
+  };
   for (int64_t i = share.begin * G_; i < share.end * G_; ++i)
-    requests.push_back({fmt::format("step{}/p{}/g{}", step + 1, i / G_, i % G_), r[static_cast<size_t>(i)].example,
-                        tokenizer_->decode_response(r[static_cast<size_t>(i)].response)});
+    if (!given(i))
+      requests.push_back({fmt::format("step{}/p{}/g{}", step + 1, i / G_, i % G_), r[static_cast<size_t>(i)].example,
+                          response_text(r[static_cast<size_t>(i)].response)});
   const std::vector<RewardResult> scored = reward_->score(requests);
   std::vector<double> mine_rewards;
-  for (const RewardResult& x : scored) mine_rewards.push_back(x.reward);
+  for (int64_t i = share.begin * G_, n = 0; i < share.end * G_; ++i)
+    mine_rewards.push_back(given(i) ? *given(i) : scored[static_cast<size_t>(n++)].reward);
   const std::vector<double> all_rewards = dist::allgather_values(comm_, mine_rewards);
   out.reward_metrics = gather_reward_metrics(comm_, scored);
   // Group advantages.
@@ -565,7 +567,7 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
     const bool generation_weights = &micro_batches == &steps.front();
     const size_t g0 = micro_batches.front().first, g1 = micro_batches.back().second;
     int64_t global_tokens = 0;
-    for (size_t i = g0; i < g1; ++i) global_tokens += static_cast<int64_t>(r[i].response.size());
+    for (size_t i = g0; i < g1; ++i) global_tokens += model_tokens(r[i]);
     // One micro-batch: forward, loss, backward; its metric sums go to every rank.
     const auto run = [&](int64_t k, EmbeddingRowGrads* embedding_rows) {
       const auto [m0, m1] = micro_batches[static_cast<size_t>(k)];
@@ -574,31 +576,14 @@ TrainingResult GrpoJob::train(std::vector<Rollout>& r, double* communication_sec
       policy_.forward(b, lp.data());
       GrpoMetricSums routing;
       if (generation_weights) count_routing_mismatch(policy_, r, m0, m1, b.T, routing);
-      std::vector<float> curr, prev, gen, ref, advs;
-      std::vector<int64_t> offsets = {0};
-      for (size_t i = m0; i < m1; ++i) {
-        const size_t start = (i - m0) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
-        if (prev_from_training)
-          r[i].prev.assign(lp.begin() + static_cast<std::ptrdiff_t>(start),
-                           lp.begin() + static_cast<std::ptrdiff_t>(start + r[i].response.size()));
-        curr.insert(curr.end(), lp.begin() + static_cast<std::ptrdiff_t>(start),
-                    lp.begin() + static_cast<std::ptrdiff_t>(start + r[i].response.size()));
-        prev.insert(prev.end(), r[i].prev.begin(), r[i].prev.end());
-        gen.insert(gen.end(), r[i].gen.begin(), r[i].gen.end());
-        if (reference_) ref.insert(ref.end(), r[i].ref.begin(), r[i].ref.end());
-        advs.push_back(r[i].advantage);
-        offsets.push_back(static_cast<int64_t>(curr.size()));
-      }
-      GrpoLossBatch lb{curr, prev, gen, ref, advs, offsets, global_tokens, global_};
-      std::vector<float> grad(curr.size());
+      LossInputs in = loss_inputs(r, m0, m1, lp.data(), b.T, prev_from_training, reference_.has_value());
+      GrpoLossBatch lb{in.curr, in.prev, in.gen, in.ref, in.advantages, in.offsets, global_tokens, global_};
+      std::vector<float> grad(in.curr.size());
       GrpoLossResult res = grpo_loss(config_.loss, lb, grad);
       res.sums.routing_decisions = routing.routing_decisions;
       res.sums.routing_mismatched = routing.routing_mismatched;
       std::vector<float> dlp(lp.size(), 0.0f);
-      for (size_t i = m0, n = 0; i < m1; ++i) {
-        const size_t start = (i - m0) * static_cast<size_t>(b.T) + r[i].prompt.size() - 1;
-        for (size_t j = 0; j < r[i].response.size(); ++j) dlp[start + j] = grad[n++];
-      }
+      scatter_token_grads(r, m0, m1, b.T, grad, dlp.data());
       // The load-balancing loss, weighted by the micro-batch's share of the optimizer step's sequences.
       const double share = static_cast<double>(m1 - m0) / static_cast<double>(global_);
       if (policy_.config().is_moe()) {
@@ -692,6 +677,10 @@ nlohmann::ordered_json GrpoJob::metrics_line(int64_t step, const StepRollouts& s
   if (!config_.reward.command.empty()) {
     line["reward_metrics"] = s.reward_metrics.means;
     line["reward_timeouts"] = s.reward_metrics.timeouts;
+  }
+  if (environment_) {
+    line["env_turns_mean"] = static_cast<double>(s.env_turns) / static_cast<double>(rollouts_);
+    line["observation_tokens_mean"] = static_cast<double>(s.observation_tokens) / static_cast<double>(rollouts_);
   }
   if (fp8_kv_) line["kv_scales"] = scales_to_json(kv_scales_);
   const bool last = step + 1 == config_.grpo_max_num_steps;

@@ -19,6 +19,7 @@
 #include "rl/grpo_loss.h"
 #include "rl/refit.h"
 #include "tasks/arithmetic.h"
+#include "tasks/environment.h"
 #include "tasks/jsonl_task.h"
 #include "tasks/reward.h"
 #include "tasks/running_sum.h"
@@ -78,6 +79,7 @@ struct RunConfig {
   RunningSumTaskConfig running_sum;
   JsonlTaskConfig jsonl;
   RewardConfig reward;  // task.reward.*: a plug-in or the built-in scorer
+  EnvironmentConfig environment;  // task.environment.*: multi-turn (GRPO's generator)
 
   // SFT.
   int64_t sft_max_num_steps = 0;  // sft.max_num_steps

@@ -75,6 +75,8 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
     metrics.emplace(MetricsLog::create(run_dir / "sft_metrics.jsonl"));
     if (config.tensorboard_enabled) tensorboard.emplace(run_dir);
   }
+  if (root && config.environment.enabled())
+    fmt::print("sft: note: task.environment is for `fp8rl train`; SFT's validation answers in one turn\n");
   if (root)
     fmt::print("sft: {} parameters, precision {}, validation accuracy before: {:.3f} ({} examples){}\n",
                model.num_params(), precision_name(config.precision), result.val_accuracy_before,

@@ -52,6 +52,9 @@ class CharTokenizer final : public Tokenizer {
   // The text of the ids before the first <eos> (all of them if there is none); other special
   // tokens are skipped.
   std::string decode_response(std::span<const int32_t> ids) const override;
+  // The text, as it is (no framing).
+  std::vector<int32_t> encode_observation(std::string_view text, bool) const override { return encode(text); }
+  std::string decode_transcript(std::span<const int32_t> ids) const override { return decode(ids); }
 };
 
 }  // namespace fp8rl

@@ -117,6 +117,28 @@ std::vector<int32_t> ChatTokenizer::encode_answer(std::string_view answer) const
   return bpe_.encode(answer, /*allow_special=*/false);
 }
 
+std::vector<int32_t> ChatTokenizer::encode_observation(std::string_view text, bool after_eos) const {
+  std::vector<int32_t> ids;
+  if (!after_eos && format_ != ChatFormat::kNone) ids.push_back(eos_);
+  std::string before;
+  if (format_ == ChatFormat::kLlama3) before = "<|start_header_id|>ipython<|end_header_id|>\n\n";
+  if (format_ == ChatFormat::kQwen3) before = "\n<|im_start|>user\n<tool_response>\n";
+  const std::vector<int32_t> head = bpe_.encode(before, /*allow_special=*/true);
+  const std::vector<int32_t> body = bpe_.encode(format_ == ChatFormat::kQwen3 ? std::string(text) + "\n</tool_response>"
+                                                                               : std::string(text),
+                                                /*allow_special=*/false);
+  const std::vector<int32_t> tail = bpe_.encode(after_prompt_, /*allow_special=*/true);
+  for (const std::vector<int32_t>* part : {&head, &body, &tail}) ids.insert(ids.end(), part->begin(), part->end());
+  return ids;
+}
+
+std::string ChatTokenizer::decode_transcript(std::span<const int32_t> ids) const {
+  std::string text;
+  for (const int32_t id : ids)
+    if (bpe_.is_token(id) && !bpe_.is_special(id)) text += bpe_.decode(std::span<const int32_t>(&id, 1));
+  return text;
+}
+
 std::string ChatTokenizer::decode_response(std::span<const int32_t> ids) const {
   std::string text;
   for (const int32_t id : ids) {

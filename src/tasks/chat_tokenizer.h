@@ -51,6 +51,14 @@ class ChatTokenizer final : public Tokenizer {
   // Ids that are no token (a model's vocabulary may be padded past the tokenizer's) and special
   // tokens are left out.
   std::string decode_response(std::span<const int32_t> ids) const override;
+  // llama3: <|eot_id|>? <|start_header_id|>ipython<|end_header_id|>\n\n{text} + the prompt's closing
+  //         framing (<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n), as Llama 3.1+'s
+  //         template renders a tool result;
+  // qwen3:  <|im_end|>? \n<|im_start|>user\n<tool_response>\n{text}\n</tool_response> + the
+  //         prompt's closing framing, as Qwen3's template renders a tool message;
+  // none:   the text.
+  std::vector<int32_t> encode_observation(std::string_view text, bool after_eos) const override;
+  std::string decode_transcript(std::span<const int32_t> ids) const override;
 
  private:
   ChatTokenizer(BpeTokenizer bpe, ChatFormat format) : bpe_(std::move(bpe)), format_(format) {}

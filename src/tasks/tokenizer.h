@@ -29,6 +29,15 @@ class Tokenizer {
   // The text of the ids before the first eos (all of them if there is none), special tokens
   // left out: what a verifier scores.
   virtual std::string decode_response(std::span<const int32_t> ids) const = 0;
+
+  // Multi-turn (an environment's observations between the model's turns):
+  // The ids of observation `text`, appended after the model's turn (which ended with eos when
+  // `after_eos`): with a chat format, the family's tool message (the end of the assistant's turn
+  // first, if the model had not ended it) and the assistant header that follows; without one,
+  // the text. Special-token text in `text` is plain text. Throws Error for text it cannot encode.
+  virtual std::vector<int32_t> encode_observation(std::string_view text, bool after_eos) const = 0;
+  // The text of all of `ids`, eos and other special tokens left out: a multi-turn transcript.
+  virtual std::string decode_transcript(std::span<const int32_t> ids) const = 0;
 };
 
 }  // namespace fp8rl

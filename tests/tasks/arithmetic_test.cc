@@ -118,9 +118,9 @@ TEST(ArithmeticTask, LargestOperandsAreExact) {
 }
 
 TEST(ArithmeticReward, ExactAnswerUpToTheFirstNonAnswerCharacter) {
-  const Example pos{"123+456=", "579"};
-  const Example neg{"3-15=", "-12"};
-  const Example zero{"0*7=", "0"};
+  const Example pos{"123+456=", "579", {}};
+  const Example neg{"3-15=", "-12", {}};
+  const Example zero{"0*7=", "0", {}};
   EXPECT_EQ(arithmetic_reward(pos, "579"), 1.0);
   EXPECT_EQ(arithmetic_reward(pos, "579 because"), 1.0);
   EXPECT_EQ(arithmetic_reward(pos, "579\n"), 1.0);

@@ -36,7 +36,7 @@ TEST(RunningSumTask, PromptKeysEveryTermAndTheAnswerWritesEveryAddition) {
 }
 
 TEST(RunningSumTask, RewardScoresTheDigitsAfterTheLastHashOnly) {
-  const Example e{"a12+b7+c30+d5=", "0+a12=12 12+b7=19 19+c30=49 49+d5=54 #54"};
+  const Example e{"a12+b7+c30+d5=", "0+a12=12 12+b7=19 19+c30=49 49+d5=54 #54", {}};
   EXPECT_EQ(running_sum_reward(e, "0+a12=12 12+b7=19 19+c30=49 49+d5=54 #54"), 1.0);
   EXPECT_EQ(running_sum_reward(e, "19 48 53 #54"), 1.0);      // the working is not scored
   EXPECT_EQ(running_sum_reward(e, "#53 #54 and more"), 1.0);  // the last '#' counts

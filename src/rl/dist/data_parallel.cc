@@ -201,22 +201,25 @@ void save_checkpoint(const Communicator& comm, const std::filesystem::path& dir,
 
 std::vector<GeneratedSequence> allgather_sequences(const Communicator& comm, std::vector<GeneratedSequence> mine) {
   if (comm.size() == 1) return mine;
-  // Per sequence: prompt index, sample index, finish reason, length, routing length, then tokens,
-  // log-probs and (MoE models) the routing.
+  // Per sequence: prompt index, sample index, finish reason, length, routing length, observation
+  // mask length, turns, then tokens, log-probs, (MoE models) the routing and (multi-turn) the
+  // observation mask.
   std::vector<std::byte> bytes;
   const auto put = [&](const void* src, size_t n) {
     const auto* p = static_cast<const std::byte*>(src);
     bytes.insert(bytes.end(), p, p + n);
   };
   for (const GeneratedSequence& s : mine) {
-    const int64_t head[5] = {s.prompt_index, s.sample_index, static_cast<int64_t>(s.finish),
-                             static_cast<int64_t>(s.tokens.size()), static_cast<int64_t>(s.routing.size())};
+    const int64_t head[7] = {s.prompt_index, s.sample_index, static_cast<int64_t>(s.finish),
+                             static_cast<int64_t>(s.tokens.size()), static_cast<int64_t>(s.routing.size()),
+                             static_cast<int64_t>(s.observation.size()), s.turns};
     FP8RL_CHECK(s.logprobs.size() == s.tokens.size(), "allgather_sequences: {} log-probs for {} tokens",
                 s.logprobs.size(), s.tokens.size());
     put(head, sizeof(head));
     put(s.tokens.data(), s.tokens.size() * sizeof(int32_t));
     put(s.logprobs.data(), s.logprobs.size() * sizeof(float));
     put(s.routing.data(), s.routing.size() * sizeof(uint16_t));
+    put(s.observation.data(), s.observation.size());
   }
   std::vector<GeneratedSequence> all;
   for (const std::vector<std::byte>& in : comm.allgather(bytes)) {
@@ -227,7 +230,7 @@ std::vector<GeneratedSequence> allgather_sequences(const Communicator& comm, std
       at += n;
     };
     while (at < in.size()) {
-      int64_t head[5];
+      int64_t head[7];
       get(head, sizeof(head));
       GeneratedSequence s;
       s.prompt_index = head[0];
@@ -239,6 +242,9 @@ std::vector<GeneratedSequence> allgather_sequences(const Communicator& comm, std
       get(s.logprobs.data(), s.logprobs.size() * sizeof(float));
       s.routing.resize(static_cast<size_t>(head[4]));
       get(s.routing.data(), s.routing.size() * sizeof(uint16_t));
+      s.observation.resize(static_cast<size_t>(head[5]));
+      get(s.observation.data(), s.observation.size());
+      s.turns = head[6];
       all.push_back(std::move(s));
     }
   }

@@ -1,0 +1,101 @@
+#include "tasks/environment.h"
+
+#include <cmath>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "io/config.h"
+#include "tasks/reward.h"
+
+namespace fp8rl {
+
+namespace {
+
+class EnvironmentPlugin final : public Environment {
+ public:
+  EnvironmentPlugin(const WorkerPoolOptions& options) : pool_(options) {}
+
+  void submit(const std::string& id, int64_t route, int64_t turn, const Example& example,
+              const std::string& transcript) override {
+    pool_.submit(route, {{"id", id},
+                         {"turn", turn},
+                         {"prompt", example.prompt},
+                         {"transcript", transcript},
+                         {"data", example_data(example)}});
+  }
+
+  std::vector<EnvironmentReply> poll(bool wait) override {
+    std::vector<EnvironmentReply> out;
+    // A timeout is an error here (no on_timeout: an environment's turn has no neutral answer).
+    for (const WorkerReply& r : pool_.poll(wait ? pool_.options().timeout_s : 0.0)) {
+      worker_of_[r.id] = r.worker;
+      const nlohmann::json& j = r.body;
+      EnvironmentReply e{r.id, false, std::nullopt, ""};
+      if (j.contains("done")) {
+        if (!j["done"].is_boolean())
+          pool_.fail(r.worker, r.id, fmt::format("\"done\" must be true or false, got {}", j["done"].dump()));
+        e.done = j["done"].get<bool>();
+      }
+      if (e.done) {
+        if (j.contains("reward")) {
+          if (!j["reward"].is_number() || !std::isfinite(j["reward"].get<double>()))
+            pool_.fail(r.worker, r.id, fmt::format("the reply's \"reward\" must be a finite number, got {}", j["reward"].dump()));
+          e.reward = j["reward"].get<double>();
+        }
+      } else {
+        if (!j.contains("observation") || !j["observation"].is_string())
+          pool_.fail(r.worker, r.id,
+                     fmt::format("the reply needs a string \"observation\" or \"done\": true, got {}",
+                                 j.dump().substr(0, 200)));
+        e.observation = j["observation"].get<std::string>();
+      }
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  void reject(const std::string& id, const std::string& what) override {
+    const auto it = worker_of_.find(id);
+    pool_.fail(it == worker_of_.end() ? 0 : it->second, id, what);
+  }
+
+ private:
+  WorkerPool pool_;
+  std::unordered_map<std::string, int64_t> worker_of_;  // replies' workers, for reject
+};
+
+}  // namespace
+
+void bind_environment_config(ConfigSchema& schema, const std::string& prefix, EnvironmentConfig& config) {
+  const EnvironmentConfig d;
+  schema.add(prefix + ".command", &config.command, d.command,
+             "a multi-turn environment plug-in: its program and arguments (JSON Lines, one request per turn; "
+             "docs/tasks.md); empty: single-turn");
+  schema.add(prefix + ".workers", &config.workers, d.workers, "worker processes of the environment (per rank)").range(1, 256);
+  schema.add(prefix + ".timeout_s", &config.timeout_s, d.timeout_s,
+             "longest a worker owing replies may stay silent, in seconds").range(0.001, 1e6);
+  schema.add(prefix + ".startup_timeout_s", &config.startup_timeout_s, d.startup_timeout_s,
+             "the same before a worker's first reply, in seconds").range(0.001, 1e6);
+  schema.add(prefix + ".max_turns", &config.max_turns, d.max_turns,
+             "environment answers per sample (an observation after the last one ends the sample)").range(1, 1000);
+  schema.add(prefix + ".stop", &config.stop, d.stop,
+             "text that ends a model turn besides eos, e.g. [\")\"] for calls like calc(12+7)");
+  schema.add(prefix + ".max_line_bytes", &config.max_line_bytes, d.max_line_bytes,
+             "longest reply line accepted from a worker").range(64, int64_t{1} << 30);
+}
+
+std::unique_ptr<Environment> make_environment(const EnvironmentConfig& config, int rank) {
+  FP8RL_CHECK(config.enabled(), "make_environment without task.environment.command");
+  WorkerPoolOptions o;
+  o.role = "environment worker";
+  o.config_key = "task.environment";
+  o.command = config.command;
+  o.workers = config.workers;
+  o.timeout_s = config.timeout_s;
+  o.startup_timeout_s = config.startup_timeout_s;
+  o.max_line_bytes = config.max_line_bytes;
+  o.extra_env = {fmt::format("FP8RL_RANK={}", rank)};
+  return std::make_unique<EnvironmentPlugin>(o);
+}
+
+}  // namespace fp8rl
