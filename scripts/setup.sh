@@ -13,6 +13,7 @@ packages=(
   chromium                              # headless browser: the report test draws the page
   libopenmpi-dev openmpi-bin           # data parallelism (optional at build time) and its tests
   strace                                # the failure tests inject write errors (ENOSPC) with it
+  bubblewrap                            # the sandbox of model-written code (task.reward.builtin: python_tests)
 )
 
 missing=()

@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <utility>
 
@@ -273,6 +275,39 @@ std::string describe_exit_status(int status) {
   if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   return fmt::format("ended with wait status {}", status);
+}
+
+void become_subreaper() { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+void reap_adopted_children(std::string_view comm, double seconds) {
+  const pid_t self = ::getpid();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    bool left = false;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(entry.path() / "stat");
+      std::string line;
+      if (!std::getline(stat, line)) continue;
+      // pid (comm) state ppid ...
+      const size_t open = line.find('('), close = line.rfind(')');
+      if (open == std::string::npos || close == std::string::npos || close + 4 > line.size()) continue;
+      if (std::string_view(line).substr(open + 1, close - open - 1) != comm) continue;
+      const pid_t ppid = static_cast<pid_t>(std::strtol(line.c_str() + close + 4, nullptr, 10));
+      const pid_t pid = static_cast<pid_t>(std::stol(name));
+      if (ppid != self) continue;
+      bool owned = false;
+      for (const std::atomic<pid_t>& slot : g_children) owned = owned || slot.load() == pid;
+      if (owned) continue;
+      left = true;
+      int status;
+      if (line[close + 2] == 'Z') ::waitpid(pid, &status, WNOHANG);
+    }
+    if (!left || std::chrono::steady_clock::now() >= until) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 void kill_all_children() {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fp8rl {
@@ -88,6 +89,15 @@ std::string describe_exit_status(int status);
 
 // Kills (SIGKILL) the process group of every live ChildProcess. Async-signal-safe.
 void kill_all_children();
+
+// Makes this process the reaper of its orphaned descendants (PR_SET_CHILD_SUBREAPER): a process
+// whose parent dies (a sandbox's namespace init when bwrap's monitor is killed) comes to it, not
+// to the system's init, which in a container may never reap it, leaving zombies that count
+// against their user's process limit.
+void become_subreaper();
+// Reaps the children of this process that no ChildProcess owns and whose command name is
+// `comm`, waiting up to `seconds` for those still running to end.
+void reap_adopted_children(std::string_view comm, double seconds);
 
 // The full path of `program` (as given when it contains a '/', else the first executable of
 // that name on PATH), or nullopt.

@@ -275,8 +275,8 @@ GrpoJob::GrpoJob(const RunConfig& config, bool resume)
       run_dir_(config.log_dir),
       ckpt_dir_(run_dir_ / "checkpoint"),
       task_(make_task(config)),
-      reward_(make_reward_function(config.reward, *task_, comm_.rank())),
-      environment_(config.environment.enabled() ? make_environment(config.environment, comm_.rank()) : nullptr),
+      reward_(make_reward_function(config.reward, config.sandbox, *task_, comm_.rank())),
+      environment_(config.environment.enabled() ? make_environment(config.environment, config.sandbox, comm_.rank()) : nullptr),
       policy_(load_job_model(config)),
       tokenizer_(load_job_tokenizer(config, policy_.config())),
       // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
@@ -674,7 +674,7 @@ nlohmann::ordered_json GrpoJob::metrics_line(int64_t step, const StepRollouts& s
   line["lr"] = t.lr;
   line["skipped_optimizer_steps"] = t.skipped;
   line["kv_waited"] = s.kv_waited;  // rollouts that waited for KV pages (admitted later, whole)
-  if (!config_.reward.command.empty()) {
+  if (!config_.reward.command.empty() || config_.reward.builtin != BuiltinRewardKind::kVerifier) {
     line["reward_metrics"] = s.reward_metrics.means;
     line["reward_timeouts"] = s.reward_metrics.timeouts;
   }

@@ -114,6 +114,7 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
   bind_running_sum_task_config(s, "task.running_sum", c.running_sum);
   bind_reward_config(s, "task.reward", c.reward);
   bind_environment_config(s, "task.environment", c.environment);
+  bind_sandbox_limits(s, "task.sandbox", c.sandbox);
 
   s.add("sft.max_num_steps", &c.sft_max_num_steps, 300, "SFT optimizer steps").at_least(1);
   s.add("sft.max_consecutive_skipped_steps", &c.sft_max_consecutive_skipped_steps, 3,

@@ -23,6 +23,7 @@
 #include "tasks/jsonl_task.h"
 #include "tasks/reward.h"
 #include "tasks/running_sum.h"
+#include "tasks/sandbox.h"
 #include "tasks/task.h"
 
 namespace fp8rl {
@@ -80,6 +81,7 @@ struct RunConfig {
   JsonlTaskConfig jsonl;
   RewardConfig reward;  // task.reward.*: a plug-in or the built-in scorer
   EnvironmentConfig environment;  // task.environment.*: multi-turn (GRPO's generator)
+  SandboxLimits sandbox;          // task.sandbox.*: model-written code's limits
 
   // SFT.
   int64_t sft_max_num_steps = 0;  // sft.max_num_steps

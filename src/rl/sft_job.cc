@@ -50,7 +50,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
   }
   encode_validation_prompts(*task, tok, config.val_max_examples, config.max_new_tokens, model.config().max_seq_len);
   const dist::Communicator& comm = dist::world();
-  const std::unique_ptr<RewardFunction> reward = make_reward_function(config.reward, *task, comm.rank());
+  const std::unique_ptr<RewardFunction> reward = make_reward_function(config.reward, config.sandbox, *task, comm.rank());
   // Under several ranks each keeps the moments of its shard only (rl/dist/data_parallel.h).
   AdamW optimizer(model.layout(), config.adam, dist::optimizer_range(model.num_params(), comm.rank(), comm.size()),
                   config.offload_moments ? spill_directory_for(config.log_dir) : fs::path());
@@ -156,7 +156,7 @@ SftJobResult run_sft_job(const RunConfig& config, const std::string& effective_y
 double run_eval_job(const RunConfig& config) {
   FP8RL_REQUIRE(config.model_dir().has_value(), "eval needs model.name=DIR or model.checkpoint=DIR");
   const std::unique_ptr<Task> task = make_task(config);
-  const std::unique_ptr<RewardFunction> reward = make_reward_function(config.reward, *task);
+  const std::unique_ptr<RewardFunction> reward = make_reward_function(config.reward, config.sandbox, *task);
   // Forward only: a frozen model (no FP32 masters, no gradients), the same log-probs.
   Transformer model = load_frozen_model(*config.model_dir(), config.trainer_policy());
   const std::unique_ptr<Tokenizer> tok = load_job_tokenizer(config, model.config());

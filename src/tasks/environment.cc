@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "io/config.h"
+#include "tasks/python_sandbox.h"
 #include "tasks/reward.h"
 
 namespace fp8rl {
@@ -71,7 +72,11 @@ void bind_environment_config(ConfigSchema& schema, const std::string& prefix, En
   schema.add(prefix + ".command", &config.command, d.command,
              "a multi-turn environment plug-in: its program and arguments (JSON Lines, one request per turn; "
              "docs/tasks.md); empty: single-turn");
-  schema.add(prefix + ".workers", &config.workers, d.workers, "worker processes of the environment (per rank)").range(1, 256);
+  schema.add_enum(prefix + ".builtin", &config.python_tool, d.python_tool, {{"none", false}, {"python", true}},
+                  "without a command: none (single-turn), or python (<python>CODE</python> at the end of a turn runs "
+                  "in the sandbox and its output is the observation)");
+  schema.add(prefix + ".workers", &config.workers, d.workers,
+             "worker processes of the environment, or sandboxes at once for the python tool (per rank)").range(1, 256);
   schema.add(prefix + ".timeout_s", &config.timeout_s, d.timeout_s,
              "longest a worker owing replies may stay silent, in seconds").range(0.001, 1e6);
   schema.add(prefix + ".startup_timeout_s", &config.startup_timeout_s, d.startup_timeout_s,
@@ -84,8 +89,11 @@ void bind_environment_config(ConfigSchema& schema, const std::string& prefix, En
              "longest reply line accepted from a worker").range(64, int64_t{1} << 30);
 }
 
-std::unique_ptr<Environment> make_environment(const EnvironmentConfig& config, int rank) {
-  FP8RL_CHECK(config.enabled(), "make_environment without task.environment.command");
+std::unique_ptr<Environment> make_environment(const EnvironmentConfig& config, const SandboxLimits& sandbox, int rank) {
+  FP8RL_CHECK(config.enabled(), "make_environment without task.environment.command or builtin");
+  FP8RL_REQUIRE(config.command.empty() || !config.python_tool,
+                "task.environment: a command and builtin: python are both set; keep one");
+  if (config.python_tool) return make_python_tool_environment(sandbox, config.workers);
   WorkerPoolOptions o;
   o.role = "environment worker";
   o.config_key = "task.environment";

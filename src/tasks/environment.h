@@ -28,10 +28,12 @@
 namespace fp8rl {
 
 class ConfigSchema;
+struct SandboxLimits;
 
 // task.environment.*
 struct EnvironmentConfig {
-  std::vector<std::string> command;  // task.environment.command (empty: single-turn)
+  std::vector<std::string> command;  // task.environment.command (empty: builtin, or single-turn)
+  bool python_tool = false;          // task.environment.builtin: none | python (tasks/python_sandbox.h)
   int64_t workers = 2;
   double timeout_s = 60;
   double startup_timeout_s = 600;
@@ -39,7 +41,7 @@ struct EnvironmentConfig {
   std::vector<std::string> stop;     // text that ends a model turn, besides eos
   int64_t max_line_bytes = int64_t{1} << 20;
 
-  bool enabled() const { return !command.empty(); }
+  bool enabled() const { return !command.empty() || python_tool; }
 };
 void bind_environment_config(ConfigSchema& schema, const std::string& prefix, EnvironmentConfig& config);
 
@@ -62,7 +64,8 @@ class Environment {
   [[noreturn]] virtual void reject(const std::string& id, const std::string& what) = 0;
 };
 
-// The plug-in `config` describes; its workers start now (and tell their rank by FP8RL_RANK).
-std::unique_ptr<Environment> make_environment(const EnvironmentConfig& config, int rank = 0);
+// The environment `config` describes: the plug-in (its workers start now and tell their rank by
+// FP8RL_RANK), or the built-in python tool (its sandbox checked now).
+std::unique_ptr<Environment> make_environment(const EnvironmentConfig& config, const SandboxLimits& sandbox, int rank = 0);
 
 }  // namespace fp8rl

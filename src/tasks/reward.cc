@@ -2,6 +2,7 @@
 
 #include "core/check.h"
 #include "io/config.h"
+#include "tasks/python_sandbox.h"
 #include "tasks/reward_plugin.h"
 
 namespace fp8rl {
@@ -31,9 +32,12 @@ void bind_reward_config(ConfigSchema& schema, const std::string& prefix, RewardC
   schema.add(prefix + ".command", &config.command, d.command,
              "a reward plug-in: its program and arguments, e.g. [python3, my_reward.py] (JSON Lines on stdin/stdout; "
              "docs/tasks.md); empty: task.reward.builtin");
-  schema.add_enum(prefix + ".builtin", &config.builtin, d.builtin, {{"verifier", BuiltinRewardKind::kVerifier}},
-                  "the reward without a command: verifier (the task's own)");
-  schema.add(prefix + ".workers", &config.workers, d.workers, "worker processes of the plug-in (per rank)").range(1, 256);
+  schema.add_enum(prefix + ".builtin", &config.builtin, d.builtin,
+                  {{"verifier", BuiltinRewardKind::kVerifier}, {"python_tests", BuiltinRewardKind::kPythonTests}},
+                  "the reward without a command: verifier (the task's own), python_tests (the example's tests against "
+                  "the response's Python, in the sandbox; task.sandbox.*)");
+  schema.add(prefix + ".workers", &config.workers, d.workers,
+             "worker processes of the plug-in, or sandboxes at once for python_tests (per rank)").range(1, 256);
   schema.add(prefix + ".timeout_s", &config.timeout_s, d.timeout_s,
              "longest a worker owing replies may stay silent, in seconds").range(0.001, 1e6);
   schema.add(prefix + ".startup_timeout_s", &config.startup_timeout_s, d.startup_timeout_s,
@@ -44,7 +48,10 @@ void bind_reward_config(ConfigSchema& schema, const std::string& prefix, RewardC
              "longest reply line accepted from a worker").range(64, int64_t{1} << 30);
 }
 
-std::unique_ptr<RewardFunction> make_reward_function(const RewardConfig& config, const Task& task, int rank) {
+std::unique_ptr<RewardFunction> make_reward_function(const RewardConfig& config, const SandboxLimits& sandbox,
+                                                     const Task& task, int rank) {
+  if (config.command.empty() && config.builtin == BuiltinRewardKind::kPythonTests)
+    return make_python_tests_reward(sandbox, config.workers);
   if (config.command.empty()) return make_builtin_reward(task);
   WorkerPoolOptions o;
   o.role = "reward worker";

@@ -17,10 +17,12 @@
 namespace fp8rl {
 
 class ConfigSchema;
+struct SandboxLimits;
 
 // task.reward.builtin: what scores responses when no command is given.
 enum class BuiltinRewardKind : uint8_t {
-  kVerifier,  // the task's own verifier (Task::reward)
+  kVerifier,     // the task's own verifier (Task::reward)
+  kPythonTests,  // the example's unit tests run against the response's Python, in the sandbox
 };
 
 // task.reward.*: the reward plug-in (a command) or the built-in scorer.
@@ -60,8 +62,9 @@ class RewardFunction {
 std::unique_ptr<RewardFunction> make_builtin_reward(const Task& task);
 
 // The reward function `config` describes for `task`; a plug-in's workers start now (and tell
-// their rank by FP8RL_RANK).
-std::unique_ptr<RewardFunction> make_reward_function(const RewardConfig& config, const Task& task, int rank = 0);
+// their rank by FP8RL_RANK); python_tests checks its sandbox now.
+std::unique_ptr<RewardFunction> make_reward_function(const RewardConfig& config, const SandboxLimits& sandbox,
+                                                     const Task& task, int rank = 0);
 
 // Every field of `example` as a JSON object: its data, or {prompt, answer} for a built-in task.
 nlohmann::json example_data(const Example& example);
