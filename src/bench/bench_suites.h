@@ -31,6 +31,10 @@ void run_generate_bench(const BenchOptions& options, bool quick);
 // returns 1 when it grows faster than linearly (the test suite's bound), else 0.
 int run_memory_bench(const BenchOptions& options, bool check);
 
+// GRPO step time with a Python reward plug-in (4 workers) against the built-in verifier, 256
+// samples per step, and one sandboxed Python program's wall time (bench_reward.cc).
+void run_reward_bench(const BenchOptions& options);
+
 // Helpers of the suites with subprocess peers (bench_model.cc).
 // Runs `command` with popen and returns the JSON objects it printed, one per line (other lines
 // are ignored; stderr passes through).

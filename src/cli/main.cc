@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   fp8rl::bench::BenchOptions bench_options;
   std::string suite;
   CLI::App* bench = app.add_subcommand("bench", "Run a benchmark suite and compare it with the machine's limits");
-  bench->add_option("suite", suite, "suite to run")->required()->check(CLI::IsMember({"numerics", "kernels", "model", "generate", "memory"}));
+  bench->add_option("suite", suite, "suite to run")->required()->check(CLI::IsMember({"numerics", "kernels", "model", "generate", "memory", "reward"}));
   bench->add_flag("--json", bench_options.json, "one JSON object per line");
   bench->add_option("--repeats", bench_options.repeats, "timed runs per case (median reported)")
       ->check(CLI::Range(1, 1000));
@@ -290,6 +290,7 @@ int main(int argc, char** argv) {
     if (*bench && suite == "model") fp8rl::bench::run_model_bench(bench_options, bench_quick);
     if (*bench && suite == "generate") fp8rl::bench::run_generate_bench(bench_options, bench_quick);
     if (*bench && suite == "memory") return fp8rl::bench::run_memory_bench(bench_options, bench_check);
+    if (*bench && suite == "reward") fp8rl::bench::run_reward_bench(bench_options);
   } catch (const std::exception& e) {
     return fail(comm, e.what());
   }

@@ -131,7 +131,7 @@ std::vector<QkvScales> scales_from_json(const nlohmann::json& state, const fs::p
 
 // The wall time of each phase of a step (metrics.jsonl's `timing`).
 struct StepTimings {
-  double generation = 0, logprobs = 0, training = 0, refit = 0, kv_calibration = 0, total = 0;
+  double generation = 0, reward = 0, logprobs = 0, training = 0, refit = 0, kv_calibration = 0, total = 0;
   double communication = 0;  // within training, with several processes
   double optimizer = 0;      // within training: the AdamW steps and the updated weights' requantization
 };
@@ -143,6 +143,10 @@ struct StepRollouts {
   int64_t kv_waited = 0;  // rollouts that waited for KV cache pages
   RewardMetrics reward_metrics;  // a plug-in's named figures, averaged, and its timeouts
   int64_t env_turns = 0, observation_tokens = 0;  // multi-turn: in all rollouts
+  // This rank's rollouts [mine_begin, mine_end) (the ones it generated and scores), and the
+  // rewards their environment gave (multi-turn; nullopt: task.reward scores it).
+  int64_t mine_begin = 0, mine_end = 0;
+  std::vector<std::optional<double>> given_rewards;
 };
 
 // What the optimizer steps of one GRPO step leave.
@@ -173,7 +177,8 @@ class GrpoJob {
   double start();
   int64_t start_step() const { return start_step_; }
 
-  StepRollouts generate(int64_t step);                  // 1. rollouts, 2. rewards, 3. advantages
+  StepRollouts generate(int64_t step);                  // 1. rollouts
+  void score(int64_t step, StepRollouts& s);            // 2. rewards, 3. advantages
   void old_logprobs(std::vector<Rollout>& r);           // 4. prev and reference log-probs
   TrainingResult train(std::vector<Rollout>& r, double* communication_seconds);  // 5. optimizer steps
   void refit() { refit_generator_weights(policy_, generator_); }  // 6. the trainer's bytes into the generator
@@ -481,20 +486,27 @@ StepRollouts GrpoJob::generate(int64_t step) {
     out.tokens += static_cast<int64_t>(r[i].response.size());
     out.longest = std::max<int64_t>(out.longest, static_cast<int64_t>(r[i].response.size()));
   }
-  // Rewards: each rank scores the rollouts it generated (with its own plug-in workers), then
-  // every rank has all of them, in rollout order.
-  // (A multi-turn sample whose environment gave its reward is not scored again.)
+  out.mine_begin = share.begin * G_;
+  out.mine_end = share.end * G_;
+  for (int64_t i = out.mine_begin; i < out.mine_end; ++i)
+    out.given_rewards.push_back(turns ? turns->reward(i - out.mine_begin) : std::nullopt);
+  return out;
+}
+
+// Each rank scores the rollouts it generated (with its own plug-in workers), then every rank has
+// all the rewards, in rollout order. A multi-turn sample whose environment gave its reward is not
+// scored again.
+void GrpoJob::score(int64_t step, StepRollouts& out) {
+  std::vector<Rollout>& r = out.rollouts;
   std::vector<RewardRequest> requests;
-  const auto given = [&](int64_t i) -> std::optional<double> {
-    return turns ? turns->reward(i - share.begin * G_) : std::nullopt;
-  };
-  for (int64_t i = share.begin * G_; i < share.end * G_; ++i)
+  const auto given = [&](int64_t i) { return out.given_rewards[static_cast<size_t>(i - out.mine_begin)]; };
+  for (int64_t i = out.mine_begin; i < out.mine_end; ++i)
     if (!given(i))
       requests.push_back({fmt::format("step{}/p{}/g{}", step + 1, i / G_, i % G_), r[static_cast<size_t>(i)].example,
                           response_text(r[static_cast<size_t>(i)].response)});
   const std::vector<RewardResult> scored = reward_->score(requests);
   std::vector<double> mine_rewards;
-  for (int64_t i = share.begin * G_, n = 0; i < share.end * G_; ++i)
+  for (int64_t i = out.mine_begin, n = 0; i < out.mine_end; ++i)
     mine_rewards.push_back(given(i) ? *given(i) : scored[static_cast<size_t>(n++)].reward);
   const std::vector<double> all_rewards = dist::allgather_values(comm_, mine_rewards);
   out.reward_metrics = gather_reward_metrics(comm_, scored);
@@ -506,7 +518,6 @@ StepRollouts GrpoJob::generate(int64_t step) {
   }
   const std::vector<float> adv = compute_advantages(rewards, G_, config_.advantages);
   for (size_t i = 0; i < r.size(); ++i) r[i].advantage = adv[i];
-  return out;
 }
 
 std::vector<MicroBatches> GrpoJob::optimizer_steps() const {
@@ -726,9 +737,10 @@ void print_step(ProgressLine& progress, const RunConfig& config, int64_t step, c
     return;
   }
   fmt::print("step {:>4}/{}  reward {:.3f}  acc {:.3f}  len {:.1f}  loss {:+.4f}  mult_prob_err {:.4f}  "
-             "gen {:.2f}s lp {:.2f}s train {:.2f}s refit {:.3f}s kv {:.3f}s{}\n",
+             "gen {:.2f}s rw {:.2f}s lp {:.2f}s train {:.2f}s refit {:.3f}s kv {:.3f}s{}\n",
              step + 1, config.grpo_max_num_steps, line["reward_mean"].get<double>(), line["accuracy"].get<double>(),
-             line["response_length_mean"].get<double>(), m.loss, m.token_mult_prob_error, time.generation, time.logprobs,
+             line["response_length_mean"].get<double>(), m.loss, m.token_mult_prob_error, time.generation, time.reward,
+             time.logprobs,
              time.training, time.refit, time.kv_calibration,
              line.contains("val_accuracy") ? fmt::format("  val acc {:.3f}", line["val_accuracy"].get<double>()) : "");
   std::fflush(stdout);
@@ -738,6 +750,7 @@ void print_step(ProgressLine& progress, const RunConfig& config, int64_t step, c
 void add_measurements(nlohmann::ordered_json& line, const StepTimings& time, int64_t tokens) {
   nlohmann::ordered_json& timing = line["timing"];
   timing["generation"] = time.generation;
+  timing["reward"] = time.reward;
   timing["logprobs"] = time.logprobs;
   timing["training"] = time.training;
   timing["optimizer"] = time.optimizer;                                        // part of training
@@ -759,6 +772,7 @@ struct RunTotals {
 
   void add(const StepTimings& t, const GrpoMetrics& m, const TrainingResult& trained, const StepRollouts& s) {
     for (auto [total, part] : {std::pair{&time.generation, t.generation},
+                               {&time.reward, t.reward},
                                {&time.logprobs, t.logprobs},
                                {&time.training, t.training},
                                {&time.optimizer, t.optimizer},
@@ -778,11 +792,11 @@ struct RunTotals {
         std::isfinite(routing_mismatch) ? fmt::format("; mean routing_mismatch {:.5f}", routing_mismatch / n) : "";
     fmt::print(
         "grpo: done. validation accuracy {:.3f} -> {:.3f}; mean token_mult_prob_error {:.5f}{}; mean step "
-        "{:.2f}s = generation {:.2f} + logprobs {:.2f} + training {:.2f} (optimizer {:.2f}) + refit {:.3f} + "
+        "{:.2f}s = generation {:.2f} + reward {:.2f} + logprobs {:.2f} + training {:.2f} (optimizer {:.2f}) + refit {:.3f} + "
         "kv_calibration {:.3f}; {} skipped optimizer steps; {} rollouts waited for KV cache pages; peak RSS {:.2f} "
         "GiB\n",
         result.val_accuracy_before, result.val_accuracy_after, mult_prob_error / n, routing, time.total / n,
-        time.generation / n, time.logprobs / n, time.training / n, time.optimizer / n, time.refit / n,
+        time.generation / n, time.reward / n, time.logprobs / n, time.training / n, time.optimizer / n, time.refit / n,
         time.kv_calibration / n, skipped, kv_waited, gib(peak_rss_bytes()));
   }
 };
@@ -803,8 +817,10 @@ GrpoJobResult run_grpo_job(const RunConfig& config, const std::string& effective
   for (int64_t step = job.start_step(); step < config.grpo_max_num_steps; ++step) {
     StepTimings time;
     Timer step_timer, t;
-    StepRollouts s = job.generate(step);                                  // 1-3. rollouts, rewards, advantages
+    StepRollouts s = job.generate(step);                                  // 1. rollouts
     time.generation = t.lap();
+    job.score(step, s);                                                   // 2-3. rewards, advantages
+    time.reward = t.lap();
     job.old_logprobs(s.rollouts);                                         // 4. prev and reference log-probs
     time.logprobs = t.lap();
     const TrainingResult trained = job.train(s.rollouts, &time.communication);  // 5. optimizer steps

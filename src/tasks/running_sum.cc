@@ -22,7 +22,7 @@ Example draw_example(RandomStream& rng, const RunningSumTaskConfig& c) {
   for (int d = 0; d < c.term_digits; ++d) bound *= 10;
   std::vector<int64_t> values(static_cast<size_t>(terms));
   for (int64_t& value : values) value = rng.next_below(bound);
-  return Example{running_sum_prompt(values), running_sum_answer(values), {}};
+  return Example{running_sum_prompt(values), running_sum_answer(values, c.calculator), {}};
 }
 
 [[noreturn]] void config_error(std::string_view message) {
@@ -48,6 +48,8 @@ void bind_running_sum_task_config(ConfigSchema& schema, const std::string& prefi
   schema.add(prefix + ".seed", &config.seed, d.seed, "seed of the train and validation splits");
   schema.add(prefix + ".train_size", &config.train_size, d.train_size, "train prompts").at_least(0);
   schema.add(prefix + ".val_size", &config.val_size, d.val_size, "validation prompts (distinct)").at_least(0);
+  schema.add(prefix + ".calculator", &config.calculator, d.calculator,
+             "answers call a calculator at each step: 0+a12=calc(0+12)=12 ... (the tool-use example)");
 }
 
 std::string running_sum_prompt(const std::vector<int64_t>& terms) {
@@ -57,12 +59,13 @@ std::string running_sum_prompt(const std::vector<int64_t>& terms) {
   return prompt + "=";
 }
 
-std::string running_sum_answer(const std::vector<int64_t>& terms) {
+std::string running_sum_answer(const std::vector<int64_t>& terms, bool calculator) {
   check_term_count(terms, "running_sum_answer");
   std::string answer;
   int64_t total = 0;
   for (size_t i = 0; i < terms.size(); ++i) {
-    answer += fmt::format("{}+{}{}={} ", total, kRunningSumKeys[i], terms[i], total + terms[i]);
+    const std::string call = calculator ? fmt::format("calc({}+{})=", total, terms[i]) : "";
+    answer += fmt::format("{}+{}{}={}{} ", total, kRunningSumKeys[i], terms[i], call, total + terms[i]);
     total += terms[i];
   }
   return answer + fmt::format("#{}", total);

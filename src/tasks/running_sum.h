@@ -22,6 +22,11 @@
 // its last '#' equal the sum exactly, else 0. The working is not scored (only the final answer
 // is verified), so a model may shorten it; the report shows the response length over training.
 //
+// With `calculator` (the tool-use example, docs/tasks.md), each step calls a calculator for its
+// addition and the result follows the call, as a calculator environment's observation would:
+//   answer  "0+a12=calc(0+12)=12 12+b7=calc(12+7)=19 #19"
+// The reward rule is the same.
+//
 // Splits are deterministic in the config, drawn from separate Philox streams of `seed` (1:
 // validation, distinct prompts; 2: train, validation prompts rejected), as the arithmetic task's.
 #pragma once
@@ -48,6 +53,7 @@ struct RunningSumTaskConfig {
   uint64_t seed = 1;
   int64_t train_size = 20000;
   int64_t val_size = 200;
+  bool calculator = false;  // the answers call calc(total+term) at each step
 };
 
 // Registers the fields under `prefix` (e.g. "task.running_sum"); the constructor checks min <= max.
@@ -58,7 +64,7 @@ std::string running_sum_prompt(const std::vector<int64_t>& terms);
 
 // The answer of the prompt's terms: "total+<key><term>=<new total> " for each term, starting from
 // a total of 0, then "#" and the sum.
-std::string running_sum_answer(const std::vector<int64_t>& terms);
+std::string running_sum_answer(const std::vector<int64_t>& terms, bool calculator = false);
 
 // 1.0 if the leading digits after the response's last '#' equal the digits after the answer's '#'.
 double running_sum_reward(const Example& example, std::string_view response);

@@ -172,6 +172,7 @@ std::vector<std::pair<int64_t, SandboxResult>> Sandbox::Pool::poll(bool wait) {
         if (fd >= 0) fds.push_back({fd, POLLIN, 0});
       if (r->process.stdin_fd() >= 0 && r->written < r->input.size()) fds.push_back({r->process.stdin_fd(), POLLOUT, 0});
       next_deadline = std::min(next_deadline, L.wall_seconds - std::chrono::duration<double>(Clock::now() - r->start).count());
+      if (r->out_done && r->err_done) next_deadline = std::min(next_deadline, 0.001);  // its exit is moments away
     }
     if (done.empty() && wait)
       ::poll(fds.data(), fds.size(), static_cast<int>(std::ceil(std::max(0.0, next_deadline) * 1000)));

@@ -1,0 +1,64 @@
+"""Writes the word-problem task of the plug-in example (docs/tasks.md): one-step arithmetic stories
+whose answers show the working and end GSM8K-style, "3+5=8 #### 8".
+
+    python3 examples/word_problems/make_data.py OUT_DIR [--train 5000] [--val 200] [--seed 1]
+
+writes OUT_DIR/train.jsonl and OUT_DIR/val.jsonl, {"prompt", "answer", "final"} per line (the
+reward plug-in reads "final"). The same seed writes the same files; validation prompts are not in
+the training set."""
+import argparse
+import json
+import os
+import random
+
+NAMES = ["Ann", "Bob", "Cal", "Dee", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jo", "Kim", "Lu", "Max", "Ned", "Oli", "Pam"]
+THINGS = ["apples", "pens", "cards", "coins", "books", "shells", "stamps", "beads"]
+
+
+def story(rng):
+    name, thing = rng.choice(NAMES), rng.choice(THINGS)
+    kind = rng.choice(["more", "fewer", "groups"])
+    if kind == "more":
+        a, b = rng.randint(2, 60), rng.randint(2, 40)
+        text = f"{name} has {a} {thing}. {name} gets {b} more. How many {thing} does {name} have now?"
+        work, final = f"{a}+{b}={a + b}", a + b
+    elif kind == "fewer":
+        a = rng.randint(10, 90)
+        b = rng.randint(1, a - 1)
+        text = f"{name} has {a} {thing} and gives {b} away. How many {thing} are left?"
+        work, final = f"{a}-{b}={a - b}", a - b
+    else:
+        a, b = rng.randint(2, 9), rng.randint(2, 12)
+        text = f"{name} fills {a} bags with {b} {thing} each. How many {thing} is that?"
+        work, final = f"{a}*{b}={a * b}", a * b
+    return {"prompt": text, "answer": f"{work} #### {final}", "final": str(final)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out_dir")
+    ap.add_argument("--train", type=int, default=5000)
+    ap.add_argument("--val", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    val, seen = [], set()
+    while len(val) < args.val:
+        x = story(rng)
+        if x["prompt"] not in seen:
+            seen.add(x["prompt"])
+            val.append(x)
+    train = []
+    while len(train) < args.train:
+        x = story(rng)
+        if x["prompt"] not in seen:
+            train.append(x)
+    os.makedirs(args.out_dir, exist_ok=True)
+    for name, rows in (("train.jsonl", train), ("val.jsonl", val)):
+        with open(os.path.join(args.out_dir, name), "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
