@@ -110,17 +110,42 @@ nlohmann::json mismatch_by_length(const std::vector<RunGroup>& groups) {
   return out;
 }
 
+// The line charts of these runs: the fixed ones, then what a task brings where any run has it:
+// a reward plug-in's metrics (reward_metrics.NAME) and timeouts, a multi-turn environment's turns
+// and observation tokens.
+std::vector<std::pair<std::string, std::string>> line_charts(const std::vector<RunGroup>& groups) {
+  std::vector<std::pair<std::string, std::string>> charts;
+  for (const LineChart& chart : kLineCharts) charts.emplace_back(chart.metric, chart.title);
+  std::vector<std::string> found;
+  for (const RunGroup& g : groups)
+    for (const RunMetrics* run : g.runs)
+      for (const std::string& metric : run->metric_order)
+        if ((metric.starts_with("reward_metrics.") || metric == "reward_timeouts" || metric == "env_turns_mean" ||
+             metric == "observation_tokens_mean") &&
+            std::find(found.begin(), found.end(), metric) == found.end())
+          found.push_back(metric);
+  for (const std::string& metric : found) {
+    std::string title = metric;
+    if (metric.starts_with("reward_metrics.")) title = fmt::format("{} (the reward plug-in's metric, mean over the step)", metric);
+    if (metric == "reward_timeouts") title = "reward_timeouts (plug-in replies too late, scored 0)";
+    if (metric == "env_turns_mean") title = "env_turns_mean (environment turns per sample)";
+    if (metric == "observation_tokens_mean") title = "observation_tokens_mean (environment tokens per sample)";
+    charts.emplace_back(metric, title);
+  }
+  return charts;
+}
+
 // The data the page's script draws (its shape is documented in report_page.js).
 nlohmann::json page_data(const std::vector<RunGroup>& groups, const std::vector<std::string>& time_keys) {
+  const std::vector<std::pair<std::string, std::string>> charts = line_charts(groups);
   nlohmann::json data;
   data["groups"] = nlohmann::json::array();
   for (size_t g = 0; g < groups.size(); ++g) {
     nlohmann::json runs = nlohmann::json::array();
     for (const RunMetrics* run : groups[g].runs) {
       nlohmann::json metrics = nlohmann::json::object();
-      for (const LineChart& chart : kLineCharts) {
-        if (const auto* v = run->find(chart.metric)) metrics[chart.metric] = values_json(*v);
-      }
+      for (const auto& [metric, title] : charts)
+        if (const auto* v = run->find(metric)) metrics[metric] = values_json(*v);
       for (const std::string& key : time_keys) {
         if (const auto* v = run->find("timing." + key)) metrics["timing." + key] = values_json(*v);
       }
@@ -130,8 +155,7 @@ nlohmann::json page_data(const std::vector<RunGroup>& groups, const std::vector<
         {{"preset", groups[g].preset}, {"color", kPresetColors[g % kPresetColors.size()]}, {"runs", std::move(runs)}});
   }
   data["charts"] = nlohmann::json::array();
-  for (const LineChart& chart : kLineCharts)
-    data["charts"].push_back({{"metric", chart.metric}, {"title", chart.title}});
+  for (const auto& [metric, title] : charts) data["charts"].push_back({{"metric", metric}, {"title", title}});
   data["by_length"] = mismatch_by_length(groups);
   data["timing"] = {{"keys", time_keys}, {"colors", nlohmann::json::array()}};
   for (size_t k = 0; k < time_keys.size(); ++k)

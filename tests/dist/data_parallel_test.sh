@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism gives one process's bits: SFT and GRPO (bf16, fp8-e2e, fp8-e2e with an FP8 KV cache)
-# under `mpirun -np 1, 2, 4`, and fp8-e2e on a Qwen3-MoE model under 1 and 2, write the same
+# under `mpirun -np 1, 2, 4`, and fp8-e2e on a Qwen3-MoE model and with a reward plug-in and a
+# multi-turn environment under 1 and 2, write the same
 # checkpoints, byte for byte, and the same metrics (timings and memory aside), also with each rank's
 # AdamW moments offloaded (N = 4); a killed rank ends the job with an error and `--resume` (4 ranks,
 # moments offloaded: shards that start inside a tensor) continues to the uninterrupted run's checkpoint.
@@ -87,6 +88,19 @@ for line in open(sys.argv[1]):
 done
 same_run "$work/moe-1" "$work/moe-2" metrics.jsonl
 echo "moe fp8-e2e: N = 1, 2 identical, routing_mismatch 0"
+
+# Rewards and environments of one's own (docs/tasks.md): each rank starts its own plug-in workers
+# and scores the samples it generated; the runs are the same bits.
+own=(grpo.max_num_steps=2 generation.max_new_tokens=10 "task.environment.stop=[5, 7]"
+     "task.reward.command=[python3, $src/tests/tasks/plugins/arithmetic_reward.py]"
+     "task.environment.command=[python3, $src/tests/tasks/plugins/echo_environment.py]")
+for n in 1 2; do
+  run $n train "$src/recipes/grpo-fp8-e2e.yaml" "${task[@]}" "${grpo[@]}" "${own[@]}" logger.log_dir="$work/own-$n" \
+    > "$work/own-$n.log"
+done
+grep -q '"observation_tokens_mean":[1-9]' "$work/own-1/metrics.jsonl" || { echo "FAIL: no observations"; exit 1; }
+same_run "$work/own-1" "$work/own-2" metrics.jsonl
+echo "reward plug-in and environment: N = 1, 2 identical"
 
 # A rank killed mid-run: the job fails, and naming the rank is mpirun's; the last checkpoint is
 # whole, and --resume (with another N) ends where the uninterrupted run does.

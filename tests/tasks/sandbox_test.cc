@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/check.h"
 #include "tasks/python_sandbox.h"
@@ -203,6 +204,32 @@ TEST(PythonSandbox, TestsScoreTheCodeAndCannotBeForged) {
                 return std::string();
               }()),
               ::testing::HasSubstr("needs \"tests\": a non-empty list"));
+}
+
+}  // namespace
+}  // namespace fp8rl
+
+namespace fp8rl {
+namespace {
+
+// The built-in python tool: a turn ending with <python>CODE</python> gets CODE's output back; a
+// failing program's observation says how it failed; a turn without a program ends the sample.
+TEST(PythonSandbox, TheToolRunsTheTurnsProgram) {
+  std::string why;
+  if (!sandbox_or_skip(&why)) GTEST_SKIP() << why;
+  const std::unique_ptr<Environment> env = make_python_tool_environment(SandboxLimits{}, 2);
+  const Example e{"p", "a", {}};
+  env->submit("a", 0, 1, e, "Let me compute.\n<python>print(6 * 7)</python>");
+  env->submit("b", 1, 1, e, "<python>raise ValueError('nope')</python>");
+  env->submit("c", 2, 1, e, "The answer is 42.");
+  std::map<std::string, EnvironmentReply> replies;
+  while (replies.size() < 3)
+    for (EnvironmentReply& r : env->poll(/*wait=*/true)) replies[r.id] = r;
+  EXPECT_FALSE(replies["a"].done);
+  EXPECT_EQ(replies["a"].observation, "42\n");
+  EXPECT_THAT(replies["b"].observation, ::testing::HasSubstr("[exited with status 1]"));
+  EXPECT_THAT(replies["b"].observation, ::testing::HasSubstr("ValueError: nope"));
+  EXPECT_TRUE(replies["c"].done);
 }
 
 }  // namespace
