@@ -7,10 +7,12 @@ writes OUT_DIR/train.jsonl and OUT_DIR/val.jsonl (validation: the 45 (form, cons
 training never shows): {"prompt", "answer" (a reference solution, for
 the supervised warm start), "tests": [{"call": "f(3)", "expected": "10"}, ...]} per line. The
 expected values are computed here, by the reference solution."""
-import argparse
-import json
 import os
 import random
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from splits import arguments, write_splits  # noqa: E402
 
 # (description, body) with the constant A.
 FORMS = [
@@ -39,14 +41,8 @@ def task(form, A):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("out_dir")
-    ap.add_argument("--train", type=int, default=5000)
-    ap.add_argument("--val", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=1)
-    args = ap.parse_args()
+    args = arguments(__doc__)
     rng = random.Random(args.seed)
-    os.makedirs(args.out_dir, exist_ok=True)
     # 10 forms x 18 constants: validation holds out a quarter of the (form, constant) pairs, which
     # training never shows (the model must write the form with a constant it has not seen there).
     pairs = [(form, A) for form in range(len(FORMS)) for A in range(2, 20)]
@@ -55,10 +51,7 @@ def main():
     seen = pairs[len(pairs) // 4:]
     val = [task(*held_out[i % len(held_out)]) for i in range(min(args.val, len(held_out)))]
     train = [task(*rng.choice(seen)) for _ in range(args.train)]
-    for name, rows in (("train.jsonl", train), ("val.jsonl", val)):
-        with open(os.path.join(args.out_dir, name), "w") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+    write_splits(args.out_dir, train, val)
 
 
 if __name__ == "__main__":

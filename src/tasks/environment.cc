@@ -69,24 +69,17 @@ class EnvironmentPlugin final : public Environment {
 
 void bind_environment_config(ConfigSchema& schema, const std::string& prefix, EnvironmentConfig& config) {
   const EnvironmentConfig d;
-  schema.add(prefix + ".command", &config.command, d.command,
-             "a multi-turn environment plug-in: its program and arguments (JSON Lines, one request per turn; "
-             "docs/tasks.md); empty: single-turn");
+  bind_plugin_config(schema, prefix, config,
+                     "a multi-turn environment plug-in: its program and arguments (JSON Lines, one request per turn; "
+                     "docs/tasks.md); empty: task.environment.builtin",
+                     "worker processes of the environment, or sandboxes at once for the python tool (per rank)");
   schema.add_enum(prefix + ".builtin", &config.python_tool, d.python_tool, {{"none", false}, {"python", true}},
                   "without a command: none (single-turn), or python (<python>CODE</python> at the end of a turn runs "
                   "in the sandbox and its output is the observation)");
-  schema.add(prefix + ".workers", &config.workers, d.workers,
-             "worker processes of the environment, or sandboxes at once for the python tool (per rank)").range(1, 256);
-  schema.add(prefix + ".timeout_s", &config.timeout_s, d.timeout_s,
-             "longest a worker owing replies may stay silent, in seconds").range(0.001, 1e6);
-  schema.add(prefix + ".startup_timeout_s", &config.startup_timeout_s, d.startup_timeout_s,
-             "the same before a worker's first reply, in seconds").range(0.001, 1e6);
   schema.add(prefix + ".max_turns", &config.max_turns, d.max_turns,
              "environment answers per sample (an observation after the last one ends the sample)").range(1, 1000);
   schema.add(prefix + ".stop", &config.stop, d.stop,
              "text that ends a model turn besides eos, e.g. [\")\"] for calls like calc(12+7)");
-  schema.add(prefix + ".max_line_bytes", &config.max_line_bytes, d.max_line_bytes,
-             "longest reply line accepted from a worker").range(64, int64_t{1} << 30);
 }
 
 std::unique_ptr<Environment> make_environment(const EnvironmentConfig& config, const SandboxLimits& sandbox, int rank) {
@@ -94,16 +87,7 @@ std::unique_ptr<Environment> make_environment(const EnvironmentConfig& config, c
   FP8RL_REQUIRE(config.command.empty() || !config.python_tool,
                 "task.environment: a command and builtin: python are both set; keep one");
   if (config.python_tool) return make_python_tool_environment(sandbox, config.workers);
-  WorkerPoolOptions o;
-  o.role = "environment worker";
-  o.config_key = "task.environment";
-  o.command = config.command;
-  o.workers = config.workers;
-  o.timeout_s = config.timeout_s;
-  o.startup_timeout_s = config.startup_timeout_s;
-  o.max_line_bytes = config.max_line_bytes;
-  o.extra_env = {fmt::format("FP8RL_RANK={}", rank)};
-  return std::make_unique<EnvironmentPlugin>(o);
+  return std::make_unique<EnvironmentPlugin>(plugin_pool_options(config, "task.environment", "environment worker", rank));
 }
 
 }  // namespace fp8rl

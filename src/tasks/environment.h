@@ -30,16 +30,11 @@ namespace fp8rl {
 class ConfigSchema;
 struct SandboxLimits;
 
-// task.environment.*
-struct EnvironmentConfig {
-  std::vector<std::string> command;  // task.environment.command (empty: builtin, or single-turn)
+// task.environment.*: the plug-in (PluginConfig's command), or the built-in python tool.
+struct EnvironmentConfig : PluginConfig {
   bool python_tool = false;          // task.environment.builtin: none | python (tasks/python_sandbox.h)
-  int64_t workers = 2;
-  double timeout_s = 60;
-  double startup_timeout_s = 600;
   int64_t max_turns = 4;             // environment answers per sample
   std::vector<std::string> stop;     // text that ends a model turn, besides eos
-  int64_t max_line_bytes = int64_t{1} << 20;
 
   bool enabled() const { return !command.empty() || python_tool; }
 };

@@ -29,23 +29,16 @@ std::unique_ptr<RewardFunction> make_builtin_reward(const Task& task) { return s
 
 void bind_reward_config(ConfigSchema& schema, const std::string& prefix, RewardConfig& config) {
   const RewardConfig d;
-  schema.add(prefix + ".command", &config.command, d.command,
-             "a reward plug-in: its program and arguments, e.g. [python3, my_reward.py] (JSON Lines on stdin/stdout; "
-             "docs/tasks.md); empty: task.reward.builtin");
+  bind_plugin_config(schema, prefix, config,
+                     "a reward plug-in: its program and arguments, e.g. [python3, my_reward.py] (JSON Lines on "
+                     "stdin/stdout; docs/tasks.md); empty: task.reward.builtin",
+                     "worker processes of the plug-in, or sandboxes at once for python_tests (per rank)");
   schema.add_enum(prefix + ".builtin", &config.builtin, d.builtin,
                   {{"verifier", BuiltinRewardKind::kVerifier}, {"python_tests", BuiltinRewardKind::kPythonTests}},
                   "the reward without a command: verifier (the task's own), python_tests (the example's tests against "
                   "the response's Python, in the sandbox; task.sandbox.*)");
-  schema.add(prefix + ".workers", &config.workers, d.workers,
-             "worker processes of the plug-in, or sandboxes at once for python_tests (per rank)").range(1, 256);
-  schema.add(prefix + ".timeout_s", &config.timeout_s, d.timeout_s,
-             "longest a worker owing replies may stay silent, in seconds").range(0.001, 1e6);
-  schema.add(prefix + ".startup_timeout_s", &config.startup_timeout_s, d.startup_timeout_s,
-             "the same before a worker's first reply (it may load a model first), in seconds").range(0.001, 1e6);
   schema.add_enum(prefix + ".on_timeout", &config.zero_on_timeout, d.zero_on_timeout, {{"error", false}, {"zero", true}},
                   "a reply later than timeout_s: error (stop the run) or zero (reward 0, counted in reward_timeouts)");
-  schema.add(prefix + ".max_line_bytes", &config.max_line_bytes, d.max_line_bytes,
-             "longest reply line accepted from a worker").range(64, int64_t{1} << 30);
 }
 
 std::unique_ptr<RewardFunction> make_reward_function(const RewardConfig& config, const SandboxLimits& sandbox,
@@ -53,16 +46,8 @@ std::unique_ptr<RewardFunction> make_reward_function(const RewardConfig& config,
   if (config.command.empty() && config.builtin == BuiltinRewardKind::kPythonTests)
     return make_python_tests_reward(sandbox, config.workers);
   if (config.command.empty()) return make_builtin_reward(task);
-  WorkerPoolOptions o;
-  o.role = "reward worker";
-  o.config_key = "task.reward";
-  o.command = config.command;
-  o.workers = config.workers;
-  o.timeout_s = config.timeout_s;
-  o.startup_timeout_s = config.startup_timeout_s;
+  WorkerPoolOptions o = plugin_pool_options(config, "task.reward", "reward worker", rank);
   o.restart_on_timeout = config.zero_on_timeout;
-  o.max_line_bytes = config.max_line_bytes;
-  o.extra_env = {fmt::format("FP8RL_RANK={}", rank)};
   return make_plugin_reward(o);
 }
 

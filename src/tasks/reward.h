@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tasks/task.h"
+#include "tasks/worker_pool.h"
 
 namespace fp8rl {
 
@@ -25,15 +26,10 @@ enum class BuiltinRewardKind : uint8_t {
   kPythonTests,  // the example's unit tests run against the response's Python, in the sandbox
 };
 
-// task.reward.*: the reward plug-in (a command) or the built-in scorer.
-struct RewardConfig {
-  std::vector<std::string> command;  // task.reward.command: a worker's program and arguments (empty: built-in)
+// task.reward.*: the reward plug-in (PluginConfig's command; empty: the built-in scorer).
+struct RewardConfig : PluginConfig {
   BuiltinRewardKind builtin = BuiltinRewardKind::kVerifier;  // task.reward.builtin
-  int64_t workers = 2;                // task.reward.workers: worker processes (per rank)
-  double timeout_s = 60;              // task.reward.timeout_s: longest silence of a worker owing a reply
-  double startup_timeout_s = 600;     // task.reward.startup_timeout_s: the same before a worker's first reply
-  bool zero_on_timeout = false;       // task.reward.on_timeout: error | zero
-  int64_t max_line_bytes = int64_t{1} << 20;  // task.reward.max_line_bytes: longest reply line
+  bool zero_on_timeout = false;                              // task.reward.on_timeout: error | zero
 };
 void bind_reward_config(ConfigSchema& schema, const std::string& prefix, RewardConfig& config);
 

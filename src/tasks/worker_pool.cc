@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "io/config.h"
 
 namespace fp8rl {
 
@@ -28,6 +29,33 @@ std::string join(const std::vector<std::string>& argv) {
 }
 
 }  // namespace
+
+void bind_plugin_config(ConfigSchema& schema, const std::string& prefix, PluginConfig& config,
+                        const std::string& command_help, const std::string& workers_help) {
+  const PluginConfig d;
+  schema.add(prefix + ".command", &config.command, d.command, command_help);
+  schema.add(prefix + ".workers", &config.workers, d.workers, workers_help).range(1, 256);
+  schema.add(prefix + ".timeout_s", &config.timeout_s, d.timeout_s,
+             "longest a worker owing replies may stay silent, in seconds").range(0.001, 1e6);
+  schema.add(prefix + ".startup_timeout_s", &config.startup_timeout_s, d.startup_timeout_s,
+             "the same before a worker's first reply (it may load a model first), in seconds").range(0.001, 1e6);
+  schema.add(prefix + ".max_line_bytes", &config.max_line_bytes, d.max_line_bytes,
+             "longest reply line accepted from a worker").range(64, int64_t{1} << 30);
+}
+
+WorkerPoolOptions plugin_pool_options(const PluginConfig& config, const std::string& prefix, const std::string& role,
+                                      int rank) {
+  WorkerPoolOptions o;
+  o.role = role;
+  o.config_key = prefix;
+  o.command = config.command;
+  o.workers = config.workers;
+  o.timeout_s = config.timeout_s;
+  o.startup_timeout_s = config.startup_timeout_s;
+  o.max_line_bytes = config.max_line_bytes;
+  o.extra_env = {fmt::format("FP8RL_RANK={}", rank)};
+  return o;
+}
 
 WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {
   FP8RL_REQUIRE(!options_.command.empty(), "{}.command is empty: give the worker's program and its arguments",

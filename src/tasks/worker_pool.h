@@ -32,6 +32,21 @@
 
 namespace fp8rl {
 
+class ConfigSchema;
+
+// The recipe keys every plug-in has (task.reward.*, task.environment.*).
+struct PluginConfig {
+  std::vector<std::string> command;  // PREFIX.command: the worker's program and arguments (empty: none)
+  int64_t workers = 2;               // PREFIX.workers: processes per rank
+  double timeout_s = 60;             // PREFIX.timeout_s: longest silence of a worker owing a reply
+  double startup_timeout_s = 600;    // PREFIX.startup_timeout_s: the same before a worker's first reply
+  int64_t max_line_bytes = int64_t{1} << 20;  // PREFIX.max_line_bytes: longest reply line
+};
+// Registers PREFIX.command (with `command_help`), workers (with `workers_help`), timeout_s,
+// startup_timeout_s and max_line_bytes.
+void bind_plugin_config(ConfigSchema& schema, const std::string& prefix, PluginConfig& config,
+                        const std::string& command_help, const std::string& workers_help);
+
 struct WorkerPoolOptions {
   std::string role = "worker";      // in messages: "reward worker 2"
   std::string config_key = "task";  // the recipe section the options come from, for messages
@@ -50,6 +65,11 @@ struct WorkerReply {
   int64_t worker = 0;
   bool timed_out = false;
 };
+
+// The pool of `config` under recipe section `prefix` (e.g. "task.reward"), its workers named
+// `role` in messages and told their rank by FP8RL_RANK.
+WorkerPoolOptions plugin_pool_options(const PluginConfig& config, const std::string& prefix, const std::string& role,
+                                      int rank);
 
 class WorkerPool {
  public:
