@@ -13,6 +13,7 @@
 #include "core/aligned_buffer.h"
 #include "core/check.h"
 #include "io/atomic_file.h"
+#include "io/json_depth.h"
 #include "numerics/bf16.h"
 #include "numerics/f16.h"
 
@@ -274,6 +275,8 @@ SafetensorsFile SafetensorsFile::open(const fs::path& path) {
   file.data_start_ = 8 + header_bytes;
   const uint64_t buffer_bytes = file_size - file.data_start_;
 
+  if (json_nesting_depth(header_text) > kMaxJsonDepth)
+    fail(path, fmt::format("header is nested deeper than {} levels", kMaxJsonDepth));
   json header;
   try {
     header = json::parse(header_text);

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "io/input_file.h"
+#include "io/json_depth.h"
 
 namespace fp8rl {
 
@@ -186,6 +187,8 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
 
 nlohmann::json read_json_file(const fs::path& path) {
   const std::string text = read_input_file(path, "file", kMaxJsonFileBytes);
+  FP8RL_REQUIRE(json_nesting_depth(text) <= kMaxJsonDepth, "'{}' is not valid JSON here: nested deeper than {} levels",
+                path.string(), kMaxJsonDepth);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {

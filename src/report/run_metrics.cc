@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "io/json_depth.h"
 
 namespace fp8rl::report {
 
@@ -112,6 +113,10 @@ RunMetrics read_run_metrics(const fs::path& dir) {
     if (is_blank(line)) continue;
     const std::string where = fmt::format("{}:{}", path.string(), number);
     nlohmann::ordered_json j;
+    if (json_nesting_depth(line) > kMaxJsonDepth) {
+      run.warnings.push_back(fmt::format("{}: skipped, nested deeper than {} levels", where, kMaxJsonDepth));
+      continue;
+    }
     try {
       j = nlohmann::ordered_json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {

@@ -12,6 +12,7 @@
 #include "generation/kv_cache.h"
 #include "generation/sampling.h"
 #include "io/input_file.h"
+#include "io/json_depth.h"
 #include "model/checkpoint.h"
 #include "rl/model_source.h"
 #include "rl/refit.h"
@@ -101,6 +102,8 @@ std::vector<ScoreLine> read_score_input(const std::string& path, const Tokenizer
   std::string text;
   while (in.read_line(text, kMaxScoreLineBytes, "the 64 MiB line limit")) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    FP8RL_REQUIRE(json_nesting_depth(text) <= kMaxJsonDepth, "{} line {}: nested deeper than {} levels", in.describe(),
+                  in.line_number(), kMaxJsonDepth);
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     FP8RL_REQUIRE(j.is_object(), "{} line {}: not a JSON object", in.describe(), in.line_number());
     ScoreLine l;

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "io/input_file.h"
+#include "io/json_depth.h"
 #include "tasks/pretokenize_llama3.h"
 #include "tasks/unicode_nfc.h"
 
@@ -47,6 +48,8 @@ class TokenizerFile {
  public:
   explicit TokenizerFile(const fs::path& path) : path_(path) {
     const std::string text = read_input_file(path, "tokenizer", kMaxJsonFileBytes);
+    FP8RL_REQUIRE(json_nesting_depth(text) <= kMaxJsonDepth, "tokenizer '{}': nested deeper than {} levels",
+                  path.string(), kMaxJsonDepth);
     try {
       root_ = json::parse(text);
     } catch (const json::exception& e) {

@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "io/input_file.h"
+#include "io/json_depth.h"
 
 namespace fp8rl {
 
@@ -97,6 +98,8 @@ std::vector<Example> read_jsonl_examples(const std::string& path, const std::str
     const int64_t number = in.line_number();
     if (trim(line).empty()) continue;
     nlohmann::json j;
+    FP8RL_REQUIRE(json_nesting_depth(line) <= kMaxJsonDepth, "dataset '{}' line {}: nested deeper than {} levels", path,
+                  number, kMaxJsonDepth);
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {

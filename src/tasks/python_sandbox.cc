@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "io/json_depth.h"
 
 namespace fp8rl {
 
@@ -80,7 +81,8 @@ class PythonTestsReward final : public RewardFunction {
     size_t passed = 0, lines = 0;
     size_t begin = 0;
     for (size_t nl; lines < expected.size() && (nl = r.out.find('\n', begin)) != std::string::npos; begin = nl + 1, ++lines) {
-      const nlohmann::json v = nlohmann::json::parse(r.out.substr(begin, nl - begin), nullptr, false);
+      const std::string_view line(r.out.data() + begin, nl - begin);
+      const nlohmann::json v = json_nesting_depth(line) > kMaxJsonDepth ? nlohmann::json() : nlohmann::json::parse(line, nullptr, false);
       passed += v.is_string() && v.get<std::string>() == expected[lines];
     }
     const double fraction = static_cast<double>(passed) / static_cast<double>(expected.size());

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "io/config.h"
+#include "io/json_depth.h"
 
 namespace fp8rl {
 
@@ -151,6 +152,8 @@ void WorkerPool::take_lines(int64_t index, std::vector<WorkerReply>& replies) {
     if (static_cast<int64_t>(line.size()) > options_.max_line_bytes)
       fail(index, "", fmt::format("wrote a line of {} bytes, more than {}.max_line_bytes = {}", line.size(),
                                   options_.config_key, options_.max_line_bytes));
+    if (json_nesting_depth(line) > kMaxJsonDepth)
+      fail(index, "", fmt::format("wrote a reply nested deeper than {} levels", kMaxJsonDepth));
     nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (reply.is_discarded()) fail(index, "", fmt::format("wrote a line that is not JSON: {}", shorten(line)));
     if (!reply.is_object() || !reply.contains("id") || !reply["id"].is_string())

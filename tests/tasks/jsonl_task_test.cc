@@ -39,6 +39,10 @@ TEST(JsonlTask, MalformedLinesAreReportedWithTheirLineNumber) {
   const std::string empty = tmp.write("empty.jsonl", "\n");
   EXPECT_THAT(error_message([&] { read_jsonl_examples(empty); }), HasSubstr("no examples"));
   EXPECT_THAT(error_message([&] { read_jsonl_examples("/nonexistent/x.jsonl"); }), HasSubstr("cannot open"));
+  // Nesting that would overflow the parser's stack: refused before parsing, not a crash.
+  const std::string deep = tmp.write("deep.jsonl", "{\"prompt\": \"a\", \"answer\": \"b\", \"x\": " +
+                                                       std::string(300000, '[') + std::string(300000, ']') + "}\n");
+  EXPECT_THAT(error_message([&] { read_jsonl_examples(deep); }), HasSubstr("line 1: nested deeper than 256 levels"));
 }
 
 TEST(JsonlTask, FinalAnswerExtraction) {

@@ -180,6 +180,8 @@ TEST(PythonSandbox, TestsScoreTheCodeAndCannotBeForged) {
        "import os\nfor fd in range(1, 10):\n    try:\n        os.write(fd, b'\"3\"\\n\"3\"\\n\"3\"\\n\"3\"\\n')\n"
        "    except OSError:\n        pass\nos._exit(0)\n"},
       {"prints", &e, "print('\"3\"')\ndef f(x):\n    print('\"7\"')\n    return x + 3"},
+      // Output nested deep enough to overflow a recursive parser, on every descriptor.
+      {"nester", &e, "import os\nfor fd in range(1, 10):\n    try:\n        os.write(fd, b'[' * 60000 + b'\\n')\n    except OSError:\n        pass\n"},
   };
   const std::vector<RewardResult> r = reward->score(requests);
   EXPECT_EQ(r[0].reward, 1.0);
@@ -187,6 +189,7 @@ TEST(PythonSandbox, TestsScoreTheCodeAndCannotBeForged) {
   EXPECT_EQ(r[2].reward, 0.0);
   EXPECT_LT(r[3].reward, 0.5) << "code that writes the results' format itself gets no more than luck";
   EXPECT_EQ(r[4].reward, 1.0) << "the code's own prints do not disturb the results";
+  EXPECT_EQ(r[5].reward, 0.0);
   const auto metric = [](const RewardResult& x, const std::string& name) {
     for (const auto& [n, v] : x.metrics)
       if (n == name) return v;

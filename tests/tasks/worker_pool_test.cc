@@ -157,6 +157,9 @@ TEST(WorkerPool, EachMisbehaviourIsAnErrorNamingTheWorkerTheRequestAndItsStderr)
   EXPECT_THAT(run("    sys.stdout.write('x' * 3000000); sys.stdout.flush(); time.sleep(30)\n"),
               HasSubstr("without a newline"));
   EXPECT_THAT(run("    raise ValueError('bad input')\n"), HasSubstr("ValueError: bad input"));
+  // Nesting that would overflow the parser's stack is refused before it is parsed.
+  EXPECT_THAT(run("    sys.stdout.write('{\"id\": \"q1\", \"x\": ' + '[' * 300000 + ']' * 300000 + '}\\n'); sys.stdout.flush()\n"),
+              HasSubstr("owing request 'q1': wrote a reply nested deeper than 256 levels"));
   const std::string message = run("    sys.exit(3)\n");
   EXPECT_THAT(message, ::testing::MatchesRegex("test worker 0 \\(pid [0-9]+, `python3 .*worker.py`\\), request 'q1': .*"));
 }
