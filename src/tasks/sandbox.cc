@@ -20,8 +20,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Users the sandboxes of one process run as when it is root (a slot each: one user's process
-// limit is one run's).
+// Users the sandboxes of one process take in turn when it is root (one user's process limit is
+// one run's).
 constexpr uint32_t kSandboxUsers = 64;
 // bwrap's own processes (its monitor and the namespace's init) within the process limit.
 constexpr int64_t kBwrapProcesses = 4;
@@ -88,6 +88,11 @@ void bind_sandbox_limits(ConfigSchema& schema, const std::string& prefix, Sandbo
   schema.add(prefix + ".output_bytes", &limits.output_bytes, d.output_bytes,
              "stdout and stderr bytes kept each (a program that writes more is killed)").range(64, int64_t{1} << 30);
   schema.add(prefix + ".tmp_bytes", &limits.tmp_bytes, d.tmp_bytes, "size of its /tmp (a tmpfs)").range(1 << 20, int64_t{1} << 40);
+}
+
+uint32_t sandbox_uid(uint32_t run) {
+  const uint32_t block = static_cast<uint32_t>(::getpid()) % (kSandboxUidSpan / kSandboxUsers);
+  return kSandboxUidBase + block * kSandboxUsers + run % kSandboxUsers;
 }
 
 Sandbox Sandbox::open(const SandboxLimits& limits) {
@@ -157,7 +162,7 @@ std::vector<std::pair<int64_t, SandboxResult>> Sandbox::Pool::poll(bool wait) {
       spec.env = std::vector<std::string>{};  // bwrap starts with nothing of fp8rl's environment
       spec.limits = {L.cpu_seconds, L.memory_bytes,
                      L.processes + kBwrapProcesses + (root ? 0 : processes_of(::geteuid())), L.file_bytes, L.open_files};
-      if (root) spec.uid = kSandboxUidBase + next_user.fetch_add(1) % kSandboxUsers;
+      if (root) spec.uid = sandbox_uid(next_user.fetch_add(1));
       r->process = ChildProcess::start(spec);
       if (r->input.empty()) r->process.close_stdin();
       r->start = Clock::now();

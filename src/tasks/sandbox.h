@@ -9,7 +9,9 @@
 //   nothing else: no /home, /root, /etc or run directories; the root is read-only.
 // Its environment is PATH, HOME=/tmp and LANG only (bwrap itself starts with an empty one, so
 // /proc/1/environ shows nothing either). When fp8rl runs as root, the run's processes belong to a
-// user of their own (kSandboxUidBase + slot), so that RLIMIT_NPROC counts them alone; otherwise
+// user of their own (sandbox_uid: one of 64 per fp8rl process, in a range of its pid's), so that
+// RLIMIT_NPROC counts them alone, and runs of other fp8rl processes on the machine (tests side by
+// side, MPI ranks) do not share their users' limit; otherwise
 // they run as fp8rl's user with a user namespace, and the process limit is raised by what that
 // user already runs. Every run has limits: CPU seconds, address space, processes, file size,
 // open files (setrlimit before exec), wall time (killed), and the bytes of stdout and stderr kept
@@ -33,7 +35,11 @@
 
 namespace fp8rl {
 
-inline constexpr uint32_t kSandboxUidBase = 61000;
+// The sandboxes' users when fp8rl runs as root: [kSandboxUidBase, kSandboxUidBase + kSandboxUidSpan).
+inline constexpr uint32_t kSandboxUidBase = 100000;
+inline constexpr uint32_t kSandboxUidSpan = 65536;
+// The user of this process's `run`-th sandbox: 64 in turn, from a block chosen by the pid.
+uint32_t sandbox_uid(uint32_t run);
 
 struct SandboxLimits {
   double wall_seconds = 10;

@@ -136,8 +136,8 @@ TEST(Sandbox, HostileProgramsAreContained) {
   EXPECT_FALSE(process_with("987.654321")) << "a sandboxed process outlived its run";
   if (::geteuid() == 0) {
     int left = 0;
-    for (uint32_t uid = kSandboxUidBase; uid < kSandboxUidBase + 64; ++uid)
-      left += std::system(fmt::format("pgrep -u {} > /dev/null", uid).c_str()) == 0;
+    for (uint32_t run = 0; run < 64; ++run)
+      left += std::system(fmt::format("pgrep -u {} > /dev/null", sandbox_uid(run)).c_str()) == 0;
     EXPECT_EQ(left, 0) << "processes of the sandbox users are left";
   }
 }
