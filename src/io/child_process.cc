@@ -271,6 +271,10 @@ int ChildProcess::terminate(double grace_seconds) {
   return *status_;
 }
 
+void ChildProcess::signal_group(int sig) {
+  if (pid_ > 0 && !poll_exit()) ::kill(-pid_, sig);
+}
+
 std::string describe_exit_status(int status) {
   if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return fmt::format("killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));

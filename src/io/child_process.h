@@ -76,6 +76,8 @@ class ChildProcess {
   std::optional<int> wait_exit(double seconds);
   // Ends the child's process group (see above) and reaps it; idempotent. Returns its status.
   int terminate(double grace_seconds = 2.0);
+  // Sends `sig` to the child's process group while the child runs.
+  void signal_group(int sig);
 
  private:
   pid_t pid_ = -1;

@@ -1,9 +1,11 @@
 #include "tasks/worker_pool.h"
 
 #include <poll.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "core/check.h"
 #include "io/config.h"
@@ -71,10 +73,20 @@ WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options))
 }
 
 WorkerPool::~WorkerPool() {
-  // Closing every stdin first lets the workers exit together; each is then waited for, and its
-  // group killed (ChildProcess::terminate).
+  // All together: every stdin closed (a worker sees the end of its requests and may exit), half a
+  // second for them to go, SIGTERM to the groups that remain, half a second more, then
+  // ChildProcess::terminate kills what is left of each group and reaps it.
+  const auto wait_all = [&](double seconds) {
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    while (Clock::now() < until &&
+           std::any_of(workers_.begin(), workers_.end(), [](Worker& w) { return w.process.running() && !w.process.poll_exit(); }))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  };
   for (Worker& w : workers_) w.process.close_stdin();
-  for (Worker& w : workers_) w.process.terminate(0.5);
+  wait_all(0.5);
+  for (Worker& w : workers_) w.process.signal_group(SIGTERM);
+  wait_all(0.5);
+  for (Worker& w : workers_) w.process.terminate(0);
 }
 
 void WorkerPool::start_worker(int64_t index) {
