@@ -38,7 +38,7 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
-#include "model/config.h"
+#include "arch/config.h"
 #include "model/hf_config.h"
 #include "model/optimizer.h"
 #include "model/transformer.h"

@@ -18,7 +18,7 @@ struct BenchOptions {
   // bench generate: the groups of cases to run, comma-separated (decode, prefill, peer, long,
   // capacity, large); empty: all of them.
   std::string groups;
-  // bench model / generate: the model's shape, a preset (model/config.h: e.g. qwen3-0.6b) or a
+  // bench model / generate: the model's shape, a preset (arch/config.h: e.g. qwen3-0.6b) or a
   // Hugging Face directory's config.json (random weights either way: speed does not depend on the
   // values); empty: the suite's own preset. bench model: the batch, sequences x tokens (0: the
   // suite's default), and activation checkpointing.

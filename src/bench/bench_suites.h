@@ -7,7 +7,7 @@
 
 #include "bench/bench_report.h"
 #include "kernels/gemm.h"
-#include "model/config.h"
+#include "arch/config.h"
 
 namespace fp8rl::bench {
 

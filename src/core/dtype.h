@@ -1,5 +1,5 @@
 // The one element-type enum: how a number is stored, everywhere (tensors, KV pages, GEMM and
-// GEMV operands, safetensors, exports). What a layer *computes* in is model/precision.h's
+// GEMV operands, safetensors, exports). What a layer *computes* in is arch/precision.h's
 // Precision; kFP8 there means E4M3 codes with blockwise scales, stored as DType::kE4M3.
 #pragma once
 

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <deque>
 #include <memory>
-#include <tuple>
 
 #include "core/check.h"
 #include "core/thread_pool.h"
@@ -17,6 +16,7 @@
 #include "kernels/rope.h"
 #include "kernels/swiglu.h"
 #include "model/params.h"
+#include "arch/spec.h"
 #include "numerics/codec.h"
 #include "numerics/e4m3.h"
 #include "numerics/quantize.h"
@@ -25,10 +25,21 @@ namespace fp8rl {
 
 namespace {
 
-constexpr const char* kLinearNames[7] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                                         "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-                                         "mlp.down_proj.weight"};
-enum { kQ, kK, kV, kO, kGate, kUp, kDown };
+enum { kQ, kK, kV, kO, kGate, kUp, kDown };  // EngineLayer::lin
+
+// The place in EngineLayer::lin of a dense projection role, or -1.
+int lin_index(TensorRole role) {
+  switch (role) {
+    case TensorRole::kQ: return kQ;
+    case TensorRole::kK: return kK;
+    case TensorRole::kV: return kV;
+    case TensorRole::kO: return kO;
+    case TensorRole::kGate: return kGate;
+    case TensorRole::kUp: return kUp;
+    case TensorRole::kDown: return kDown;
+    default: return -1;
+  }
+}
 
 void copy_floats(AlignedBuffer<float>& dst, const float* src, int64_t n) {
   FP8RL_CHECK(src != nullptr, "generator weights: a required tensor is missing from the refit source");
@@ -49,38 +60,29 @@ GenerationEngine::GenerationEngine(const ModelConfig& config, const PrecisionPol
   FP8RL_CHECK(policy_.activations == Precision::kBF16, "the generator runs BF16 activations (policy activations: {})",
               precision_name(policy_.activations));
   FP8RL_CHECK(options_.max_num_seqs >= 1, "max_num_seqs must be >= 1, got {}", options_.max_num_seqs);
-  const int64_t C = config_.d_model, F = config_.d_ff;
-  const int64_t shapes[7][2] = {{config_.q_dim(), C}, {config_.kv_dim(), C}, {config_.kv_dim(), C}, {C, config_.q_dim()},
-                                {F, C},               {F, C},               {C, F}};
   layers_.resize(static_cast<size_t>(config_.n_layers));
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     EngineLayer& layer = layers_[static_cast<size_t>(l)];
     layer.moe = config_.is_moe_layer(l);
     if (layer.moe) layer.moe_index = num_moe_layers_++;
-    for (int i = 0; i < (layer.moe ? 4 : 7); ++i) {
-      EngineLinear& lin = layer.lin[i];
-      lin.precision = policy_.linear_precision(l, config_.n_layers, layer_param_name(l, kLinearNames[i]));
-      lin.N = shapes[i][0];
-      lin.K = shapes[i][1];
-    }
-    if (!layer.moe) continue;
-    layer.router.precision = Precision::kF32;  // never quantized (model/moe.h)
-    layer.router.N = config_.num_experts, layer.router.K = C;
-    const int64_t FE = config_.d_expert;
-    for (int64_t x = 0; x < config_.num_experts; ++x) {
-      for (auto [list, proj, n, k] :
-           {std::tuple{&layer.expert_gate, "gate_proj", FE, C}, std::tuple{&layer.expert_up, "up_proj", FE, C},
-            std::tuple{&layer.expert_down, "down_proj", C, FE}}) {
-        EngineLinear lin;
-        lin.precision = policy_.linear_precision(l, config_.n_layers, expert_param_name(l, x, proj));
-        lin.N = n, lin.K = k;
-        list->push_back(std::move(lin));
+    for (const TensorSpec& t : layer_linears(config_, l)) {
+      EngineLinear lin;
+      lin.precision = fp8rl::linear_precision(policy_, config_.n_layers, t);
+      lin.N = t.shape[0];
+      lin.K = t.shape[1];
+      switch (t.role) {
+        case TensorRole::kRouter: layer.router = std::move(lin); break;
+        case TensorRole::kExpertGate: layer.expert_gate.push_back(std::move(lin)); break;
+        case TensorRole::kExpertUp: layer.expert_up.push_back(std::move(lin)); break;
+        case TensorRole::kExpertDown: layer.expert_down.push_back(std::move(lin)); break;
+        default: layer.lin[lin_index(t.role)] = std::move(lin);
       }
     }
   }
-  lm_head_.precision = policy_.fp32_lm_head ? Precision::kF32 : Precision::kBF16;
-  lm_head_.N = config_.vocab_size;
-  lm_head_.K = C;
+  const TensorSpec head = lm_head_linear(config_);
+  lm_head_.precision = fp8rl::linear_precision(policy_, config_.n_layers, head);
+  lm_head_.N = head.shape[0];
+  lm_head_.K = head.shape[1];
   rope_ = rope_table(config_.head_dim, config_.max_seq_len, config_.rope_theta,
                      config_.rope_llama3_scaling ? &config_.rope_scaling : nullptr);
   kv_ = KvCache(config_.n_layers, config_.n_kv_heads, config_.head_dim, options_.kv_dtype, options_.kv_cache_bytes);
@@ -373,7 +375,7 @@ void GenerationEngine::forward_rows(const std::vector<Row>& rows, float* logits,
     }
   }
   rmsnorm_forward(h.data(), rstd.data(), x.data(), final_norm_.data(), L, C, config_.norm_eps);
-  if (!policy_.fp32_lm_head) round_bf16(h.data(), L * C);
+  if (lm_head_.precision != Precision::kF32) round_bf16(h.data(), L * C);  // the head reads BF16 inputs
   linears_forward({{&lm_head_, logits}}, h.data(), L, /*round_bf16=*/false);
 }
 

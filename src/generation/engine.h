@@ -33,9 +33,9 @@
 #include "generation/sampling.h"
 #include "generation/turn_handler.h"
 #include "kernels/gemv.h"
-#include "model/config.h"
+#include "arch/config.h"
 #include "model/moe_routing.h"
-#include "model/precision.h"
+#include "arch/precision.h"
 #include "numerics/quantized_tensor.h"
 
 namespace fp8rl {

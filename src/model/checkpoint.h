@@ -14,7 +14,7 @@
 
 #include <filesystem>
 
-#include "model/config.h"
+#include "arch/config.h"
 #include "model/hf_config.h"   // load_model_config
 #include "model/hf_weights.h"  // load_model_weights
 #include "model/optimizer.h"

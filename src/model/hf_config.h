@@ -21,7 +21,7 @@
 #include <filesystem>
 #include <string>
 
-#include "model/config.h"
+#include "arch/config.h"
 
 namespace fp8rl {
 

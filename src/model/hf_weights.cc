@@ -30,10 +30,6 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr const char* kScaleSuffix = "_scale_inv";
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // The open weight files of a directory and which file holds each tensor.
 struct WeightFiles {
   std::vector<SafetensorsFile> files;
@@ -139,8 +135,7 @@ std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, co
     plan.push_back(s);
   }
   for (const auto& [name, consumed] : used) {
-    if (consumed || ends_with(name, "rotary_emb.inv_freq")) continue;
-    if (name == "lm_head.weight" && config.tie_embeddings) continue;
+    if (consumed || ignored_stored_tensor(name, config)) continue;
     FP8RL_REQUIRE(false,
                   "safetensors file '{}': tensor '{}' has no place in this {} (config.json); fp8rl's Llama / Qwen3 / "
                   "Qwen3-MoE models have no biases and no other parameters",
@@ -275,7 +270,7 @@ Transformer load_frozen_model(const fs::path& dir, const PrecisionPolicy& policy
       progress.add(s);
       continue;
     }
-    const bool embedding = name == "model.embed_tokens.weight";
+    const bool embedding = s.param->role == TensorRole::kEmbedding;
     Linear* linear = !embedding || c.tie_embeddings ? &model.frozen_linear(name) : nullptr;
     const int64_t rows = s.param->shape[0], cols = s.param->shape[1];
     if (s.scale_file != nullptr && linear != nullptr && !embedding && linear->precision() == Precision::kFP8) {
@@ -330,7 +325,7 @@ void export_hf_model(const fs::path& dir, const Transformer& model, const HfExpo
   for (const ParamInfo& p : model.layout().tensors()) {
     float* master = const_cast<float*>(model.params()) + p.offset;
     const auto lin = linear_of.find(p.name);
-    const bool is_layer_linear = lin != linear_of.end() && p.name != "model.embed_tokens.weight";
+    const bool is_layer_linear = lin != linear_of.end() && fp8rl::is_layer_linear(p.role);
     if (fp8 && is_layer_linear && lin->second->precision() == Precision::kFP8) {
       const QuantizedMatrix& q = lin->second->fp8_weights().rowwise;
       FP8RL_REQUIRE(q.mode == ScalingMode::kBlocks128x128, "linear '{}': FP8 weights are {}, expected 128x128 blocks",
@@ -341,8 +336,7 @@ void export_hf_model(const fs::path& dir, const Transformer& model, const HfExpo
                                                                        DType::kF32, Shape{ss.rows, ss.cols})});
       continue;
     }
-    if (fp8 && (is_layer_linear || p.name == "lm_head.weight"))
-      kept_bf16.push_back(p.name.substr(0, p.name.size() - std::string(".weight").size()));
+    if (fp8 && (is_layer_linear || p.role == TensorRole::kLmHead)) kept_bf16.push_back(module_name(p));
     if (p.shape.rank == 1) {
       entries.push_back({p.name, TensorView::contiguous(master, DType::kF32, p.shape)});
       continue;
@@ -351,7 +345,11 @@ void export_hf_model(const fs::path& dir, const Transformer& model, const HfExpo
     for (size_t i = 0; i < b.size(); ++i) b[i] = f32_to_bf16(master[i]);
     entries.push_back({p.name, TensorView::contiguous(b.data(), DType::kBF16, p.shape)});
   }
-  if (fp8 && model.config().tie_embeddings) kept_bf16.push_back("lm_head");
+  if (fp8 && model.config().tie_embeddings) {  // the head, a module of its own in HF's model, is the embedding
+    TensorSpec head;
+    head.name = tensor_name(TensorRole::kLmHead);
+    kept_bf16.push_back(module_name(head));
+  }
 
   // Shards: consecutive tensors up to max_shard_bytes each.
   std::vector<std::vector<const Entry*>> shards(1);

@@ -9,7 +9,7 @@
 // has no place for (e.g. attention biases) is an error. Every file, name, dtype and shape is
 // checked before the first byte of data is read, so a bad directory loads nothing.
 //
-// HF checkpoints store q_proj and k_proj rows in the order of the "rotate half" RoPE layout
+// HF checkpoints store the q and k projections' rows in the order of the "rotate half" RoPE layout
 // (transformers' Llama conversion permutes Meta's interleaved pairs once, at conversion), which
 // is the layout fp8rl's RoPE uses (kernels/rope.h): the rows load as they are, no permutation.
 //

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "core/aligned_buffer.h"
-#include "model/precision.h"
+#include "arch/precision.h"
 #include "numerics/bf16.h"
 #include "numerics/quantized_tensor.h"
 

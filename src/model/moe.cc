@@ -1,11 +1,11 @@
 #include "model/moe.h"
 
 #include <cstring>
-#include <tuple>
 
 #include "core/check.h"
 #include "kernels/swiglu.h"
 #include "model/params.h"
+#include "arch/spec.h"
 #include "numerics/codec.h"
 
 namespace fp8rl {
@@ -18,25 +18,28 @@ void ensure(AlignedBuffer<float>& buf, int64_t n) {
 
 MoeMlp::MoeMlp(int64_t layer, int64_t n_layers, const MoeShape& shape, const PrecisionPolicy& policy, bool frozen)
     : shape_(shape), bf16_activations_(policy.activations == Precision::kBF16) {
-  const int64_t C = shape.d_model, F = shape.d_expert, E = shape.num_experts;
-  FP8RL_CHECK(C > 0 && F > 0 && E > 0 && shape.top_k > 0 && shape.top_k <= E,
-              "MoE layer {}: d_model {}, d_expert {}, top {} of {} experts", layer, C, F, shape.top_k, E);
-  auto make = [&](std::string name, int64_t n, int64_t k, Precision p, bool round_output) {
-    return frozen ? Linear::frozen(std::move(name), n, k, p, policy.weight_scale_format, policy.activation_scale_format,
-                                   round_output)
-                  : Linear(std::move(name), n, k, p, policy.weight_scale_format, policy.activation_scale_format,
-                           round_output);
-  };
-  // The router's logits stay FP32 (its output is not rounded): they decide the experts.
-  router_ = make(layer_param_name(layer, "mlp.gate.weight"), E, C, Precision::kF32, /*round_output=*/false);
-  for (int64_t e = 0; e < E; ++e) {
-    for (auto [list, proj, n, k] : {std::tuple{&gate_, "gate_proj", F, C}, std::tuple{&up_, "up_proj", F, C},
-                                    std::tuple{&down_, "down_proj", C, F}}) {
-      std::string name = expert_param_name(layer, e, proj);
-      const Precision p = policy.linear_precision(layer, n_layers, name);
-      list->push_back(make(std::move(name), n, k, p, bf16_activations_));
+  const int64_t C = shape_.d_model, F = shape_.d_expert, E = shape_.num_experts;
+  FP8RL_CHECK(C > 0 && F > 0 && E > 0 && shape_.top_k > 0 && shape_.top_k <= E,
+              "MoE layer {}: d_model {}, d_expert {}, top {} of {} experts", layer, C, F, shape_.top_k, E);
+  for (const TensorSpec& t : moe_linears(layer, C, F, E)) {
+    const Precision p = linear_precision(policy, n_layers, t);
+    const bool router = t.role == TensorRole::kRouter;  // its logits stay FP32 (not rounded): they decide the experts
+    std::vector<Linear>* list = t.role == TensorRole::kExpertGate ? &gate_
+                                : t.role == TensorRole::kExpertUp ? &up_
+                                : t.role == TensorRole::kExpertDown ? &down_
+                                                                    : nullptr;
+    Linear lin = frozen ? Linear::frozen(t.name, t.shape[0], t.shape[1], p, policy.weight_scale_format,
+                                         policy.activation_scale_format, !router && bf16_activations_)
+                        : Linear(t.name, t.shape[0], t.shape[1], p, policy.weight_scale_format,
+                                 policy.activation_scale_format, !router && bf16_activations_);
+    if (router) {
+      router_ = std::move(lin);
+    } else {
+      list->push_back(std::move(lin));
     }
   }
+  FP8RL_CHECK(static_cast<int64_t>(gate_.size()) == E && up_.size() == gate_.size() && down_.size() == gate_.size(),
+              "MoE layer {}: {} experts declared, {} expected", layer, gate_.size(), E);
 }
 
 MoeMlp MoeMlp::frozen_copy() const {
@@ -134,6 +137,17 @@ void MoeMlp::backward(float* dh, bool accumulate_dh, const float* dy, const MoeA
       const float* d = dx.data() + int64_t{a.groups.row_of[static_cast<size_t>(n * k + j)]} * C;
       for (int64_t c = 0; c < C; ++c) dh[n * C + c] += d[c];
     }
+}
+
+const Linear& MoeMlp::linear(TensorRole role, int64_t expert) const {
+  if (role == TensorRole::kRouter) return router_;
+  const std::vector<Linear>* list = role == TensorRole::kExpertGate ? &gate_
+                                    : role == TensorRole::kExpertUp ? &up_
+                                    : role == TensorRole::kExpertDown ? &down_
+                                                                      : nullptr;
+  FP8RL_CHECK(list != nullptr && expert >= 0 && expert < static_cast<int64_t>(list->size()),
+              "MoE '{}': no linear '{}' of expert {}", router_.name(), tensor_role_name(role), expert);
+  return (*list)[static_cast<size_t>(expert)];
 }
 
 std::vector<const Linear*> MoeMlp::linears() const {

@@ -24,7 +24,7 @@
 #include "model/linear.h"
 #include "model/moe_routing.h"
 #include "model/params.h"
-#include "model/precision.h"
+#include "arch/precision.h"
 
 namespace fp8rl {
 
@@ -59,9 +59,9 @@ struct MoeGradScratch {
 class MoeMlp {
  public:
   MoeMlp() = default;
-  // The linears of decoder layer `layer` of `n_layers` with HF names; expert linears take the
-  // policy's precision for their names, the router FP32. `frozen`: Linear::frozen linears, zeroed,
-  // for a streaming loader to fill (a frozen model's).
+  // The MLP of decoder layer `layer` of `n_layers`: its router's and experts' linears as
+  // arch/spec.h declares them (moe_linears), each at its rule's precision (the router FP32).
+  // `frozen`: Linear::frozen linears, zeroed, for a streaming loader to fill (a frozen model's).
   MoeMlp(int64_t layer, int64_t n_layers, const MoeShape& shape, const PrecisionPolicy& policy, bool frozen = false);
   // A copy holding only what forward() reads (Linear::frozen_copy of every linear).
   MoeMlp frozen_copy() const;
@@ -84,6 +84,8 @@ class MoeMlp {
   // The linears in order: router, then per expert gate, up, down.
   std::vector<const Linear*> linears() const;
   std::vector<Linear*> linears();
+  // The router (kRouter) or expert `expert`'s kExpertGate, kExpertUp or kExpertDown.
+  const Linear& linear(TensorRole role, int64_t expert) const;
 
  private:
   MoeShape shape_;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "core/check.h"
 #include "core/rng.h"
@@ -128,44 +129,33 @@ Transformer::Transformer(const ModelConfig& config, const PrecisionPolicy& polic
 
 void Transformer::build_linears() {
   const bool round = policy_.activations == Precision::kBF16;
-  const int64_t C = config_.d_model, F = config_.d_ff;
   // A trainable linear (its copies made from the masters by refresh_weights) or a frozen one.
-  auto linear = [&](std::string name, int64_t n, int64_t k, Precision p, bool round_output) {
-    return frozen_ ? Linear::frozen(std::move(name), n, k, p, policy_.weight_scale_format,
+  auto linear = [&](const TensorSpec& t, bool round_output) {
+    const Precision p = linear_precision(policy_, config_.n_layers, t);
+    return frozen_ ? Linear::frozen(t.name, t.shape[0], t.shape[1], p, policy_.weight_scale_format,
                                     policy_.activation_scale_format, round_output)
-                   : Linear(std::move(name), n, k, p, policy_.weight_scale_format, policy_.activation_scale_format,
-                            round_output);
+                   : Linear(t.name, t.shape[0], t.shape[1], p, policy_.weight_scale_format,
+                            policy_.activation_scale_format, round_output);
   };
   int64_t moe_layers = 0;
   for (int64_t l = 0; l < config_.n_layers; ++l) {
-    auto make = [&](const char* suffix, int64_t n, int64_t k) {
-      std::string name = layer_param_name(l, suffix);
-      const Precision p = policy_.linear_precision(l, config_.n_layers, name);
-      return linear(std::move(name), n, k, p, round);
-    };
     LayerLinears ll;
-    ll.q = make("self_attn.q_proj.weight", config_.q_dim(), C);
-    ll.k = make("self_attn.k_proj.weight", config_.kv_dim(), C);
-    ll.v = make("self_attn.v_proj.weight", config_.kv_dim(), C);
-    ll.o = make("self_attn.o_proj.weight", C, config_.q_dim());
     ll.is_moe = config_.is_moe_layer(l);
+    for (const TensorSpec& t : layer_linears(config_, l)) {
+      if (Linear* dense = ll.dense(t.role)) *dense = linear(t, round);
+    }
     if (ll.is_moe) {
       ll.moe_index = moe_layers++;
-      const MoeShape shape{C, config_.d_expert, config_.num_experts, config_.experts_per_token, config_.norm_topk_prob};
+      const MoeShape shape{config_.d_model, config_.d_expert, config_.num_experts, config_.experts_per_token,
+                           config_.norm_topk_prob};
       ll.moe = MoeMlp(l, config_.n_layers, shape, policy_, frozen_);
-    } else {
-      ll.gate = make("mlp.gate_proj.weight", F, C);
-      ll.up = make("mlp.up_proj.weight", F, C);
-      ll.down = make("mlp.down_proj.weight", C, F);
     }
     linears_.push_back(std::move(ll));
   }
-  const Precision head = policy_.fp32_lm_head || policy_.activations == Precision::kF32 ? Precision::kF32 : Precision::kBF16;
-  lm_head_ = linear(config_.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", config_.vocab_size, C,
-                    head, /*round_output=*/false);
+  lm_head_ = linear(lm_head_linear(config_), /*round_output=*/false);
   // The trainer's head reads its BF16 weights slice by slice (model/lm_head.h): made from the
   // master as it goes, no [V, C] copy.
-  if (!frozen_ && head == Precision::kBF16) lm_head_.drop_bf16_copy();
+  if (!frozen_ && lm_head_.precision() == Precision::kBF16) lm_head_.drop_bf16_copy();
   rope_ = rope_table(config_.head_dim, config_.max_seq_len, config_.rope_theta,
                      config_.rope_llama3_scaling ? &config_.rope_scaling : nullptr);
 }
@@ -332,8 +322,7 @@ void Transformer::init_random(uint64_t seed) {
     if (p.shape.rank == 1) {
       std::fill(data, data + n, 1.0f);  // norm weights
     } else {
-      const bool output_proj = p.name.find("o_proj") != std::string::npos || p.name.find("down_proj") != std::string::npos;
-      fill_normal(data, n, 0.0f, static_cast<float>(0.02 * (output_proj ? out_scale : 1.0)), seed, stream);
+      fill_normal(data, n, 0.0f, static_cast<float>(0.02 * (is_residual_output(p.role) ? out_scale : 1.0)), seed, stream);
     }
     ++stream;
   }
@@ -361,7 +350,7 @@ void Transformer::refresh_weights() {
 }
 
 bool Transformer::trains(const ParamInfo& t) const {
-  return !(router_frozen_ && std::string_view(t.name).ends_with(".mlp.gate.weight"));
+  return !(router_frozen_ && t.role == TensorRole::kRouter);
 }
 
 void Transformer::zero_grads() {
@@ -395,10 +384,33 @@ bool Transformer::clear_grads_for_writing() {
 
 std::vector<Transformer::NamedLinear> Transformer::linears() const {
   std::vector<NamedLinear> out;
-  for (const LayerLinears& ll : linears_)
-    for (const Linear* lin : ll.all()) out.push_back({lin->name(), lin});
-  out.push_back({lm_head_.name(), &lm_head_});
+  auto add = [&](TensorSpec t) {
+    NamedLinear n;
+    static_cast<TensorSpec&>(n) = std::move(t);
+    n.linear = &linear(n.role, n.layer, n.expert);
+    out.push_back(std::move(n));
+  };
+  for (int64_t l = 0; l < config_.n_layers; ++l)
+    for (TensorSpec& t : layer_linears(config_, l)) add(std::move(t));
+  add(lm_head_linear(config_));
   return out;
+}
+
+const Linear& Transformer::linear(TensorRole role, int64_t layer, int64_t expert) const {
+  if (layer < 0 && (role == TensorRole::kLmHead || (role == TensorRole::kEmbedding && config_.tie_embeddings)))
+    return lm_head_;
+  FP8RL_CHECK(layer >= 0 && layer < config_.n_layers, "linear '{}': layer {} outside [0, {})", tensor_role_name(role),
+              layer, config_.n_layers);
+  const LayerLinears& ll = linears_[static_cast<size_t>(layer)];
+  if (ll.is_moe && (role == TensorRole::kRouter || role == TensorRole::kExpertGate || role == TensorRole::kExpertUp ||
+                    role == TensorRole::kExpertDown))
+    return ll.moe.linear(role, expert);
+  const Linear* dense = ll.is_moe && !(role == TensorRole::kQ || role == TensorRole::kK || role == TensorRole::kV ||
+                                       role == TensorRole::kO)
+                            ? nullptr
+                            : ll.dense(role);
+  FP8RL_CHECK(dense != nullptr, "layer {} has no linear '{}'", layer, tensor_role_name(role));
+  return *dense;
 }
 
 void Transformer::install_fp8_weights(std::string_view name, const QuantizedMatrix& w) {
@@ -406,6 +418,23 @@ void Transformer::install_fp8_weights(std::string_view name, const QuantizedMatr
     for (Linear* lin : ll.all())
       if (lin->name() == name) return lin->install_fp8_weights(w);
   FP8RL_CHECK(false, "install_fp8_weights: '{}' is not a layer linear of this model", name);
+}
+
+Linear* Transformer::LayerLinears::dense(TensorRole role) {
+  return const_cast<Linear*>(std::as_const(*this).dense(role));
+}
+
+const Linear* Transformer::LayerLinears::dense(TensorRole role) const {
+  switch (role) {
+    case TensorRole::kQ: return &q;
+    case TensorRole::kK: return &k;
+    case TensorRole::kV: return &v;
+    case TensorRole::kO: return &o;
+    case TensorRole::kGate: return &gate;
+    case TensorRole::kUp: return &up;
+    case TensorRole::kDown: return &down;
+    default: return nullptr;
+  }
 }
 
 std::vector<Linear*> Transformer::LayerLinears::all() {
@@ -717,7 +746,7 @@ void Transformer::forward(const TokenBatch& batch, float* logprobs, bool for_bac
 void Transformer::final_norm(float* hf, float* rstd, const float* x, int64_t N) const {
   const int64_t C = config_.d_model;
   rmsnorm_forward(hf, rstd, x, w_.final_norm, N, C, config_.norm_eps);
-  if (!policy_.fp32_lm_head) round_activations(hf, N * C);
+  if (lm_head_.precision() != Precision::kF32) round_activations(hf, N * C);  // the head reads BF16 inputs
 }
 
 void Transformer::logits(const std::vector<int64_t>& rows, float* out) {

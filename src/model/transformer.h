@@ -13,13 +13,13 @@
 #include "io/spill_file.h"
 #include "kernels/attention.h"
 #include "kernels/rope.h"
-#include "model/config.h"
+#include "arch/config.h"
 #include "model/linear.h"
 #include "model/lm_head.h"
 #include "model/moe.h"
 #include "model/moe_load_balance.h"
 #include "model/params.h"
-#include "model/precision.h"
+#include "arch/precision.h"
 
 namespace fp8rl {
 
@@ -147,19 +147,20 @@ class Transformer {
   // backward() before it is refused.
   void release_activations();
 
-  // The linears in order (per layer: q, k, v, o, gate, up, down, or in an MoE layer the router and
-  // each expert's gate, up, down), then the LM head; for the refit and for tests of the precision
-  // policy.
-  struct NamedLinear {
-    std::string name;  // HF tensor name of the weight
-    const Linear* linear;
+  // Every linear with its spec (arch/spec.h: layer_linears of each layer, then lm_head_linear),
+  // for the loader, the exporters and tests of the precision policy.
+  struct NamedLinear : TensorSpec {
+    const Linear* linear = nullptr;
   };
   std::vector<NamedLinear> linears() const;
+  // The linear of a projection role in `layer` (and `expert`), or the LM head (kLmHead, or
+  // kEmbedding when tied); throws when the model has no such linear.
+  const Linear& linear(TensorRole role, int64_t layer = -1, int64_t expert = -1) const;
   // Linear::install_fp8_weights on the linear whose weight is `name` (an FP8 layer); throws for
   // any other name.
   void install_fp8_weights(std::string_view name, const QuantizedMatrix& w);
   // A frozen model's pieces, for streamed loading: the linear whose weight is `name` (a layer
-  // linear or the LM head, also under "model.embed_tokens.weight" when tied), the FP32 storage
+  // linear or the LM head, also under the embedding's name when tied), the FP32 storage
   // of the 1-D tensor `name` (a norm), and rows [row0, row0 + rows) of the embedding [V, C]
   // (stored as BF16 under BF16 activations; with tied embeddings and a BF16 head the head's copy
   // is the embedding, and these are no-ops: set the head's rows).
@@ -219,6 +220,10 @@ class Transformer {
     // Every linear of the layer in order (q, k, v, o, then gate, up, down or the MoE block's).
     std::vector<Linear*> all();
     std::vector<const Linear*> all() const;
+    // The attention's or the dense MLP's linear of `role` (q, k, v, o, gate, up, down), else
+    // nullptr (an MoE layer's gate, up and down are its experts').
+    Linear* dense(TensorRole role);
+    const Linear* dense(TensorRole role) const;
   };
   // Saved activations of one layer, each [N, ...] row-major.
   struct LayerActs {

@@ -12,9 +12,9 @@
 
 #include "generation/engine.h"
 #include "io/config.h"
-#include "model/config.h"
+#include "arch/config.h"
 #include "model/optimizer.h"
-#include "model/precision.h"
+#include "arch/precision.h"
 #include "rl/advantages.h"
 #include "rl/grpo_loss.h"
 #include "rl/refit.h"

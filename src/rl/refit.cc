@@ -20,11 +20,6 @@ LinearWeightSource source_of(const Linear& lin) {
 
 GeneratorWeightSource generator_weight_source(const Transformer& trainer) {
   const WeightPointers& w = trainer.weights();
-  // Per layer q, k, v, o, then gate, up, down, or an MoE layer's router and each expert's gate,
-  // up, down; then the LM head.
-  const std::vector<Transformer::NamedLinear> linears = trainer.linears();
-  size_t next = 0;
-  auto take = [&] { return source_of(*linears.at(next++).linear); };
   GeneratorWeightSource src;
   src.embed = w.embed;
   src.embed_bf16 = trainer.embedding_bf16();
@@ -36,18 +31,28 @@ GeneratorWeightSource generator_weight_source(const Transformer& trainer) {
     ls.mlp_norm = lw.mlp_norm;
     ls.q_norm = lw.q_norm;
     ls.k_norm = lw.k_norm;
-    for (LinearWeightSource* dst : {&ls.q, &ls.k, &ls.v, &ls.o}) *dst = take();
-    if (trainer.config().is_moe_layer(static_cast<int64_t>(l))) {
-      ls.router = take();
-      for (int64_t e = 0; e < trainer.config().num_experts; ++e)
-        for (auto* list : {&ls.expert_gate, &ls.expert_up, &ls.expert_down}) list->push_back(take());
-    } else {
-      for (LinearWeightSource* dst : {&ls.gate, &ls.up, &ls.down}) *dst = take();
+    // Each projection by its role (arch/spec.h), whatever order the trainer keeps them in.
+    for (const TensorSpec& t : layer_linears(trainer.config(), static_cast<int64_t>(l))) {
+      const LinearWeightSource s = source_of(trainer.linear(t.role, t.layer, t.expert));
+      switch (t.role) {
+        case TensorRole::kQ: ls.q = s; break;
+        case TensorRole::kK: ls.k = s; break;
+        case TensorRole::kV: ls.v = s; break;
+        case TensorRole::kO: ls.o = s; break;
+        case TensorRole::kGate: ls.gate = s; break;
+        case TensorRole::kUp: ls.up = s; break;
+        case TensorRole::kDown: ls.down = s; break;
+        case TensorRole::kRouter: ls.router = s; break;
+        case TensorRole::kExpertGate: ls.expert_gate.push_back(s); break;
+        case TensorRole::kExpertUp: ls.expert_up.push_back(s); break;
+        case TensorRole::kExpertDown: ls.expert_down.push_back(s); break;
+        default: FP8RL_CHECK(false, "refit: '{}' is not a layer projection", t.name);
+      }
     }
     src.layers.push_back(ls);
   }
-  src.lm_head = take();
-  FP8RL_CHECK(next == linears.size(), "refit: {} linears in the trainer, {} taken", linears.size(), next);
+  const TensorSpec head = lm_head_linear(trainer.config());
+  src.lm_head = source_of(trainer.linear(head.role, head.layer, head.expert));
   return src;
 }
 

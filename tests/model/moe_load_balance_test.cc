@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "arch/config.h"
 #include "model/moe_routing.h"
 #include "model/optimizer.h"
 #include "model/transformer.h"

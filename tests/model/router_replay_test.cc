@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "model/config.h"
+#include "arch/config.h"
 #include "model/transformer.h"
 
 namespace fp8rl {

@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "arch/config.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "model/precision.h"
+#include "arch/precision.h"
 
 #include "core/check.h"
 
