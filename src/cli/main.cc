@@ -17,12 +17,12 @@
 #include "core/check.h"
 #include "io/child_process.h"
 #include "report/report_job.h"
-#include "rl/dist/communicator.h"
-#include "rl/generate_job.h"
-#include "rl/grpo.h"
-#include "rl/model_source.h"
-#include "rl/recipe.h"
-#include "rl/sft_job.h"
+#include "core/communicator.h"
+#include "jobs/generate_job.h"
+#include "jobs/grpo.h"
+#include "jobs/model_source.h"
+#include "jobs/recipe.h"
+#include "jobs/sft_job.h"
 
 namespace {
 
@@ -246,7 +246,15 @@ int main(int argc, char** argv) {
   report->add_option("run_dirs", report_dirs, "run directories (logger.log_dir of each run)")->required();
   report->add_option("-o,--output", report_output, "the HTML file to write");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version print and exit 0; a usage error prints its message and exits 1, as
+    // every other error does (not the parser's own codes).
+    const int rc = app.exit(e);
+    fp8rl::dist::finalize_world();
+    return rc == 0 ? 0 : 1;
+  }
   try {
     // Without a chosen KV budget (no --recipe, no generation.kv_cache_bytes override) generate and
     // score size it to the request.

@@ -46,8 +46,8 @@ void bind_arithmetic_task_config(ConfigSchema& schema, const std::string& prefix
              "most digits of an operand").range(1, 9);
   schema.add(prefix + ".operators", &config.operators, d.operators, "operators to draw from, a subset of \"+-*\"");
   schema.add(prefix + ".seed", &config.seed, d.seed, "seed of the train and validation splits");
-  schema.add(prefix + ".train_size", &config.train_size, d.train_size, "train prompts").at_least(0);
-  schema.add(prefix + ".val_size", &config.val_size, d.val_size, "validation prompts (distinct)").at_least(0);
+  schema.add(prefix + ".train_size", &config.train_size, d.train_size, "train prompts").at_least(1);
+  schema.add(prefix + ".val_size", &config.val_size, d.val_size, "validation prompts (distinct)").at_least(1);
 }
 
 std::string arithmetic_answer(int64_t a, char op, int64_t b) {

@@ -46,8 +46,8 @@ void bind_running_sum_task_config(ConfigSchema& schema, const std::string& prefi
       .range(2, kRunningSumMaxTerms);
   schema.add(prefix + ".term_digits", &config.term_digits, d.term_digits, "digits of each number, at most").range(1, 4);
   schema.add(prefix + ".seed", &config.seed, d.seed, "seed of the train and validation splits");
-  schema.add(prefix + ".train_size", &config.train_size, d.train_size, "train prompts").at_least(0);
-  schema.add(prefix + ".val_size", &config.val_size, d.val_size, "validation prompts (distinct)").at_least(0);
+  schema.add(prefix + ".train_size", &config.train_size, d.train_size, "train prompts").at_least(1);
+  schema.add(prefix + ".val_size", &config.val_size, d.val_size, "validation prompts (distinct)").at_least(1);
   schema.add(prefix + ".calculator", &config.calculator, d.calculator,
              "answers call a calculator at each step: 0+a12=calc(0+12)=12 ... (the tool-use example)");
 }

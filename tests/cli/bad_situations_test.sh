@@ -181,5 +181,19 @@ expect_error "a checkpoint beyond the run's steps" "beyond this run's 3 steps" "
 
 expect_error "generate past the model's length" "exceed the model's max_seq_len 16" \
   "$bin" generate --checkpoint "$work/ckpt" --prompt 1+1= --max-new-tokens 16
+
+# -- values the schema once accepted that made a job impossible, and usage errors ------------------------
+for key in task.arithmetic.train_size task.arithmetic.val_size task.running_sum.train_size task.running_sum.val_size; do
+  expect_error "$key=0" "$key.*(at least|>=) 1" "${train[@]}" "$key=0" logger.log_dir="$work/zero"
+  [ ! -e "$work/zero" ] || fail "$key=0 left a run directory behind"
+done
+expect_error "sft with task.arithmetic.train_size=0" "task.arithmetic.train_size.*(at least|>=) 1" \
+  "$bin" sft "$src/recipes/sft-arithmetic.yaml" task.arithmetic.train_size=0 logger.log_dir="$work/zero"
+expect_error "an unknown flag" "--no-such-flag" "$bin" train "$src/recipes/grpo-bf16.yaml" --no-such-flag
+expect_error "generate -n 0" "-n" "$bin" generate --checkpoint "$work/ckpt" --prompt 1+1= -n 0
+expect_error "report without a run" "run_dirs" "$bin" report
+status=0
+"$bin" train --help > /dev/null 2>&1 || status=$?
+[ "$status" -eq 0 ] && pass "--help exits 0" || fail "--help exits $status"
 [ "$failures" -eq 0 ] || { echo "$failures situation(s) failed"; exit 1; }
 echo "every situation handled"
