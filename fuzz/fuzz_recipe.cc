@@ -19,7 +19,7 @@
 #include "core/check.h"
 #include "fuzz_input_file.h"
 #include "io/config.h"
-#include "rl/recipe.h"
+#include "jobs/recipe.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// A Hugging Face tokenizer.json (src/tasks/bpe_tokenizer.h, src/tasks/chat_tokenizer.h):
+// A Hugging Face tokenizer.json (src/tokenizer/bpe_tokenizer.h, src/tokenizer/chat_tokenizer.h):
 // BpeTokenizer::load, then encode / decode of a fixed text and of the input's last bytes (with and
 // without special tokens), decode of ids taken from the input, token_id / is_token / is_special;
 // then ChatTokenizer::load(path, "auto") and its prompt / answer / response framing.
@@ -18,8 +18,8 @@
 
 #include "core/check.h"
 #include "fuzz_input_file.h"
-#include "tasks/bpe_tokenizer.h"
-#include "tasks/chat_tokenizer.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/chat_tokenizer.h"
 
 namespace {
 

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
-"""Writes src/tasks/unicode_categories.inc: the code-point ranges of Unicode general categories
+"""Writes src/tokenizer/unicode_categories.inc: the code-point ranges of Unicode general categories
 L* (Lu Ll Lt Lm Lo) and N* (Nd Nl No), the \\p{L} and \\p{N} of tokenizer split patterns.
 
 The data is Python's `unicodedata` (its Unicode version is written into the file). Run from the
 repository root with /usr/bin/python3:
 
-    /usr/bin/python3 tools/gen_unicode_categories.py > src/tasks/unicode_categories.inc
+    /usr/bin/python3 tools/gen_unicode_categories.py > src/tokenizer/unicode_categories.inc
 """
 import sys
 import unicodedata

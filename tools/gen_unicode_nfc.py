@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Writes src/tasks/unicode_nfc.inc: the tables behind fp8rl's NFC normalizer (UAX #15),
-src/tasks/unicode_nfc.cc.
+"""Writes src/tokenizer/unicode_nfc.inc: the tables behind fp8rl's NFC normalizer (UAX #15),
+src/tokenizer/unicode_nfc.cc.
 
 The data is Python's `unicodedata`, whose Unicode version is written into the file and must equal
-the version of src/tasks/unicode_categories.inc (tools/gen_unicode_categories.py), so that the
+the version of src/tokenizer/unicode_categories.inc (tools/gen_unicode_categories.py), so that the
 tokenizer's normalizer and pre-tokenizer agree on which characters exist; the script fails
 otherwise. Run from the repository root with the python3 first on PATH:
 
-    python3 tools/gen_unicode_nfc.py > src/tasks/unicode_nfc.inc
+    python3 tools/gen_unicode_nfc.py > src/tokenizer/unicode_nfc.inc
 
 Tables:
   kCccRanges             maximal ranges of equal canonical combining class != 0, sorted.
@@ -44,7 +44,7 @@ def is_hangul_syllable(cp):
 
 def categories_version():
     """The Unicode version written into unicode_categories.inc, which this file must match."""
-    inc = Path(__file__).resolve().parent.parent / "src/tasks/unicode_categories.inc"
+    inc = Path(__file__).resolve().parent.parent / "src/tokenizer/unicode_categories.inc"
     m = re.search(r'kUnicodeVersion\[\] = "([0-9.]+)"', inc.read_text())
     if not m:
         sys.exit("gen_unicode_nfc.py: no kUnicodeVersion line in %s" % inc)

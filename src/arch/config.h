@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/rope.h"
+#include "kernels/elementwise/rope.h"
 
 namespace fp8rl {
 

@@ -30,7 +30,7 @@ struct PrecisionPolicy {
   ScaleFormat activation_scale_format = ScaleFormat::kFp32;  // pow2_activation_scaling_factors
   bool fp32_lm_head = false;  // LM head (and the final norm's output) in FP32
   // policy.attention_precision: kF32, or kBF16 = BF16 operands with FP32 accumulation in Q K^T,
-  // P V and their backward products (kernels/attention.h), in both engines.
+  // P V and their backward products (kernels/attention/attention.h), in both engines.
   Precision attention = Precision::kF32;
 
   // Throws for an inconsistent policy (e.g. FP8 linears with FP32 activations).

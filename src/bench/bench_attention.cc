@@ -19,7 +19,7 @@
 #include "core/cpu_features.h"
 #include "core/rng.h"
 #include "core/timer.h"
-#include "kernels/attention_row.h"
+#include "kernels/attention/attention_row.h"
 #include "numerics/bf16.h"
 #include "numerics/e4m3.h"
 

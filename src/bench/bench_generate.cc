@@ -44,7 +44,7 @@
 #include "model/hf_config.h"
 #include "model/transformer.h"
 #include "rl/refit.h"
-#include "tasks/char_tokenizer.h"
+#include "tokenizer/char_tokenizer.h"
 
 namespace fp8rl::bench {
 namespace {

@@ -42,8 +42,8 @@
 #include "core/rng.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
-#include "kernels/gemm.h"
-#include "kernels/gemv.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemv/gemv.h"
 #include "numerics/codec.h"
 #include "numerics/quantize.h"
 #include "numerics/simd_target.h"
@@ -518,7 +518,7 @@ double peak_bf16_dot_gflops(int64_t iterations) {
 FP8RL_AVX512_END
 
 FP8RL_AMX_BEGIN
-#include "kernels/amx_tiles_inl.h"  // inside the region by design (see that header)
+#include "kernels/simd/amx_tiles_inl.h"  // inside the region by design (see that header)
 namespace fp8rl::bench {
 
 // Register-only AMX: four independent 16 x 16 accumulator tiles; each tile dot product is

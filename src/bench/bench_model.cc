@@ -43,7 +43,7 @@
 #include "model/optimizer.h"
 #include "model/transformer.h"
 #include "rl/sft.h"
-#include "tasks/char_tokenizer.h"
+#include "tokenizer/char_tokenizer.h"
 
 namespace fp8rl::bench {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "bench/bench_report.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "arch/config.h"
 
 namespace fp8rl::bench {
@@ -50,7 +50,7 @@ std::string torch_model_arguments(const ModelConfig& config);
 int kernel_threads();
 // Runs each function once (warm-up), then `repeats` rounds of all of them in turn; returns the
 // median wall time of each, in seconds. With `gemm`, also what the GEMMs of each function did per
-// round (kernels/gemm.h's totals over its timed rounds, divided by the rounds).
+// round (kernels/gemm/gemm.h's totals over its timed rounds, divided by the rounds).
 std::vector<double> time_interleaved(const std::vector<std::function<void()>>& fns, int repeats,
                                      std::vector<GemmTotals>* gemm = nullptr);
 

@@ -1,7 +1,7 @@
 // The rollout generator: prefill and batched decode of many sequences with BF16 or FP8 weights,
 // a BF16 or FP8 KV cache, shared prompt prefixes, continuous batching, and sampling with exact
 // log-probs. It is a separate engine from the trainer, with its own weight layout (the packed
-// GEMV layout of kernels/gemv.h), fed only by the refit step (rl/refit).
+// GEMV layout of kernels/gemv/gemv.h), fed only by the refit step (rl/refit).
 //
 // Numerics: every operator is the trainer's (rmsnorm, rope, swiglu, attention_row, the GEMM/GEMV
 // pair whose rows are bit-identical, token log-probs), applied per token row at the same BF16
@@ -32,7 +32,7 @@
 #include "generation/kv_cache.h"
 #include "generation/sampling.h"
 #include "generation/turn_handler.h"
-#include "kernels/gemv.h"
+#include "kernels/gemv/gemv.h"
 #include "arch/config.h"
 #include "model/moe_routing.h"
 #include "arch/precision.h"
@@ -78,7 +78,7 @@ struct EngineOptions {
   int64_t max_num_seqs = 64;          // sequences decoded together
   // On: every linear's rows are the trainer's GEMM rows bit for bit, whatever the batch (exact
   // generator/trainer agreement). Off: a lone sequence's decode may take the GEMV's faster
-  // non-invariant path (kernels/gemv.h), whose bits differ from the trainer's in the last place.
+  // non-invariant path (kernels/gemv/gemv.h), whose bits differ from the trainer's in the last place.
   bool batch_invariant = true;
 };
 

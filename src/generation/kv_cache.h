@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/aligned_buffer.h"
-#include "kernels/attention_row.h"
+#include "kernels/attention/attention_row.h"
 #include "numerics/bf16.h"
 
 namespace fp8rl {

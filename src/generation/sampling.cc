@@ -8,7 +8,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
-#include "kernels/logprob.h"
+#include "kernels/elementwise/logprob.h"
 
 namespace fp8rl {
 

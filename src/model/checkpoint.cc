@@ -65,7 +65,7 @@ void load_optimizer_state(const fs::path& dir, AdamW& optimizer) {
   FP8RL_REQUIRE(fs::exists(path), "checkpoint '{}' has no optimizer state (optimizer.safetensors)", dir.string());
   const SafetensorsFile file = SafetensorsFile::open(path);
   FP8RL_REQUIRE(file.metadata().count("step") == 1, "safetensors file '{}': metadata 'step' missing", path.string());
-  // A shard's optimizer (rl/dist) keeps the part of each tensor inside its range. Read in bands of
+  // A shard's optimizer (rl/data_parallel.h) keeps the part of each tensor inside its range. Read in bands of
   // rows, so that an offloaded optimizer's moments never sit in memory whole.
   const int64_t begin = optimizer.begin(), end = optimizer.end();
   std::vector<float> band;

@@ -11,7 +11,7 @@
 //
 // HF checkpoints store the q and k projections' rows in the order of the "rotate half" RoPE layout
 // (transformers' Llama conversion permutes Meta's interleaved pairs once, at conversion), which
-// is the layout fp8rl's RoPE uses (kernels/rope.h): the rows load as they are, no permutation.
+// is the layout fp8rl's RoPE uses (kernels/elementwise/rope.h): the rows load as they are, no permutation.
 //
 // Loading that takes more than two seconds reports its progress on stderr (bytes read, rate).
 //

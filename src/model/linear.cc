@@ -4,7 +4,7 @@
 
 #include "core/check.h"
 #include "core/tensor.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "numerics/codec.h"
 #include "numerics/quantize.h"
 

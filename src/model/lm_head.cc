@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "kernels/gemm.h"
-#include "kernels/logprob.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/elementwise/logprob.h"
 #include "numerics/codec.h"
 
 namespace fp8rl {

@@ -8,7 +8,7 @@
 //              block (Linear::bf16_rows: the same values, 0.31 GB less at a 152k vocabulary)
 //
 // Forward: the vocabulary in blocks of kLseBlock columns (the log-sum-exp's blocks,
-// kernels/logprob.h). For each block in order: logits [R, block] = x W[block]^T for the R rows
+// kernels/elementwise/logprob.h). For each block in order: logits [R, block] = x W[block]^T for the R rows
 // that have a target (the GEMM the Linear's forward runs; prompt rows get log-prob 0 and no
 // logits), then each row's block statistics (max, sum of exponentials) and, where the target falls
 // in the block, its logit. The rows' lse come from their blocks' statistics, the log-probs from

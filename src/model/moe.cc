@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "kernels/swiglu.h"
+#include "kernels/elementwise/swiglu.h"
 #include "model/params.h"
 #include "arch/spec.h"
 #include "numerics/codec.h"

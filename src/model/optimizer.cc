@@ -8,7 +8,7 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
-#include "kernels/lane_sums.h"
+#include "kernels/simd/lane_sums.h"
 
 namespace fp8rl {
 

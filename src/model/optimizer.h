@@ -36,7 +36,7 @@ struct LrSchedule {
 };
 
 // The elements [begin, end) of the flat parameter array an optimizer updates: all of them, or a
-// data-parallel rank's shard (rl/dist). A shard starts at a multiple of kAdamWChunk.
+// data-parallel rank's shard (rl/data_parallel.h). A shard starts at a multiple of kAdamWChunk.
 struct ParamRange {
   int64_t begin = 0, end = -1;  // end -1: to the last element
 };

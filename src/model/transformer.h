@@ -11,8 +11,8 @@
 
 #include "core/aligned_buffer.h"
 #include "io/spill_file.h"
-#include "kernels/attention.h"
-#include "kernels/rope.h"
+#include "kernels/attention/attention.h"
+#include "kernels/elementwise/rope.h"
 #include "arch/config.h"
 #include "model/linear.h"
 #include "model/lm_head.h"
@@ -121,7 +121,7 @@ class Transformer {
   // Adds the gradient of sum_n dlogprobs[n] * logprobs[n] to grads(). Uses the last forward.
   //
   // The gradient contract (what makes micro-batches a fold that a data-parallel reduction can
-  // reproduce, rl/dist): every gradient element receives one term per call, formed from zero and
+  // reproduce, rl/data_parallel.h): every gradient element receives one term per call, formed from zero and
   // added once (a linear's weight product, a norm weight's column sum), except the embedding rows
   // of the batch's tokens, which then receive a second term: per distinct token, its rows'
   // gradients summed in position order from zero. (With tied embeddings the LM head's product is

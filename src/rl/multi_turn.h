@@ -12,7 +12,7 @@
 
 #include "generation/turn_handler.h"
 #include "tasks/environment.h"
-#include "tasks/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace fp8rl {
 

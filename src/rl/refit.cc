@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "rl/dist/data_parallel.h"
+#include "rl/data_parallel.h"
 
 namespace fp8rl {
 

@@ -16,7 +16,7 @@
 
 #include "generation/engine.h"
 #include "model/transformer.h"
-#include "rl/dist/communicator.h"
+#include "core/communicator.h"
 
 namespace fp8rl {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "rl/dist/communicator.h"
+#include "core/communicator.h"
 #include "tasks/reward.h"
 
 namespace fp8rl {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "rl/dist/data_parallel.h"
+#include "rl/data_parallel.h"
 
 namespace fp8rl {
 
@@ -41,7 +41,7 @@ SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<T
   // d(mean NLL)/d logprob = -1 / tokens on every scored row of the global batch.
   const float d = -1.0f / static_cast<float>(r.tokens);
   // Each micro-batch's NLL summed from zero, then the micro-batches' in order (as the gradient:
-  // rl/dist/data_parallel.h), on whichever rank ran it.
+  // rl/data_parallel.h), on whichever rank ran it.
   const auto run = [&](int64_t k, EmbeddingRowGrads* embedding_rows) {
     const TokenBatch& batch = micro_batches[static_cast<size_t>(k)];
     const int64_t N = batch.B * batch.T;

@@ -9,7 +9,7 @@
 
 #include "model/optimizer.h"
 #include "model/transformer.h"
-#include "rl/dist/communicator.h"
+#include "core/communicator.h"
 
 namespace fp8rl {
 
@@ -37,7 +37,7 @@ struct SftStepResult {
 // mean's denominator is the scored tokens of the whole global batch), then a refresh of the
 // model's low-precision weights. A non-finite loss or gradient skips the update.
 // Under a communicator of several ranks, each runs its share of the micro-batches
-// (rl/dist/data_parallel.h) and every rank takes the same optimizer step.
+// (rl/data_parallel.h) and every rank takes the same optimizer step.
 // `aux_loss_coef` (MoE, policy.aux_loss_coef): the weight of the load-balancing loss added, each
 // micro-batch's weighted by its share of the sequences.
 SftStepResult sft_step(Transformer& model, AdamW& optimizer, const std::vector<TokenBatch>& micro_batches, double lr,

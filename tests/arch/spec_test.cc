@@ -1,6 +1,7 @@
 // The model spec (arch/spec.h): every tensor once, in the layout's order, with the shapes and
 // names Hugging Face's Llama / Qwen3 / Qwen3-MoE modules give them; and the parts of the engine
 // that iterate it (the parameter layout, both engines' linears, the refit) agree with it.
+// ctest-file-label: quick
 #include "arch/spec.h"
 
 #include <gtest/gtest.h>

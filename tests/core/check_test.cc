@@ -1,3 +1,4 @@
+// ctest-file-label: quick
 #include "core/check.h"
 
 #include <gmock/gmock.h>

@@ -1,4 +1,5 @@
 // Instruction-set levels: names, parsing, and what a CPU without a level refuses.
+// ctest-file-label: quick
 #include "core/cpu_features.h"
 
 #include <gtest/gtest.h>

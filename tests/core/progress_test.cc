@@ -1,4 +1,5 @@
 // The terminal progress line (core/progress.h): its text, the ETA arithmetic, and what it writes.
+// ctest-file-label: quick
 #include "core/progress.h"
 
 #include <gmock/gmock.h>

@@ -1,3 +1,4 @@
+// ctest-file-label: quick
 #include "core/rng.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 // The kernel thread pool: every task runs once, for any thread count, and nested calls run inline.
+// ctest-file-label: quick
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>

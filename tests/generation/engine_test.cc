@@ -1,6 +1,7 @@
 // The generation engine against the trainer: greedy decoding, exact log-prob agreement with BF16
 // and FP8 weights, the FP8 KV cache's mismatch, prefix sharing, continuous batching, weight
 // updates and KV-scale validation.
+// ctest-file-label: quick
 #include "generation/engine.h"
 
 #include <gmock/gmock.h>
@@ -11,8 +12,8 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "model/transformer.h"
-#include "rl/evaluate.h"
-#include "rl/generate_job.h"
+#include "jobs/evaluate.h"
+#include "jobs/generate_job.h"
 #include "rl/refit.h"
 #include "tests/generation/engine_fixtures.h"
 

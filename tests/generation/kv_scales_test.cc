@@ -2,6 +2,7 @@
 // admission: the trainer's per-head amax, the cache's per-head encoding, FP8 attention with a
 // KV head's scales against a scalar reference, the engine's per-head plumbing, and sequences
 // that wait for pages instead of being truncated.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -2,6 +2,7 @@
 // turns are in the response, marked, and the trainer's log-probs of the model's tokens after them
 // are the generator's bit for bit; a sample waiting for its answer does not stall the others, and
 // when answers arrive does not change any sample's tokens.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <algorithm>

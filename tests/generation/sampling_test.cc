@@ -1,5 +1,6 @@
 // Teacher-forced log-probs (token_logprob, what `fp8rl score` reports) are the sampler's own
 // log-probs bit for bit, at every temperature and truncation.
+// ctest-file-label: quick
 #include "generation/sampling.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// ctest-file-label: quick
 #include "io/atomic_file.h"
 
 #include <gtest/gtest.h>

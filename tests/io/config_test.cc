@@ -1,3 +1,4 @@
+// ctest-file-label: quick
 #include "io/config.h"
 
 #include <gmock/gmock.h>

@@ -1,6 +1,7 @@
 // Files read on a user's say-so: a FIFO is refused at once (it used to hang), a directory is named
 // as one, an overlong line is refused when the limit is reached, and lines and whole files read
 // back exactly.
+// ctest-file-label: quick
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>

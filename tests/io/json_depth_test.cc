@@ -1,4 +1,5 @@
 // The nesting depth every parse of outside JSON checks first (io/json_depth.h).
+// ctest-file-label: quick
 #include "io/json_depth.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,7 @@
 // A run's metrics file: every step line is written and flushed, a failed write (here a full
 // device, /dev/full) is an error naming the file and the reason, and a resumed run keeps the
 // lines up to its checkpoint.
+// ctest-file-label: quick
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,5 +1,6 @@
 // The run-directory lock: a second holder is refused with the first one's pid; the lock goes with
 // its holder (here its destructor; a dead process's lock is released by the kernel).
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 #include <unistd.h>
 

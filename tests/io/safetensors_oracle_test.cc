@@ -1,5 +1,6 @@
 // fp8rl's safetensors reader and writer against an independent NumPy implementation
 // (tools/oracles/safetensors_check.py, run with Debian's /usr/bin/python3), in both directions.
+// ctest-file-label: oracle
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 

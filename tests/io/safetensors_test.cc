@@ -1,3 +1,4 @@
+// ctest-file-label: quick
 #include "io/safetensors.h"
 
 #include <gmock/gmock.h>

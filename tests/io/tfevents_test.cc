@@ -2,6 +2,7 @@
 // TFRecord framing and our reader against our writer (and against corrupt files), and both
 // directions against an independent implementation (tools/oracles/tfevents_check.js: the
 // @roboflow/tfrecords framing and CRC, protobufjs decoding), run with Node.js.
+// ctest-file-label: quick
 #include "io/tfevents.h"
 
 #include <fmt/format.h>
@@ -211,6 +212,7 @@ TEST(MetricsLineScalars, NumbersAndBooleansByKeyPathOthersLeftOut) {
 
 // ---- the independent implementation -------------------------------------------------------------
 
+// ctest-label: oracle
 TEST(TfEventsOracle, IndependentReaderAgreesWithOurWriter) {
   if (const std::string why = testing::tfevents_oracle_missing(); !why.empty())
     GTEST_SKIP() << "oracle unavailable: " << why;
@@ -223,6 +225,7 @@ TEST(TfEventsOracle, IndependentReaderAgreesWithOurWriter) {
   for (const TfEventsScalar& s : got) EXPECT_EQ(s.wall_time, 1.7e9 + static_cast<double>(s.step)) << s.tag;
 }
 
+// ctest-label: oracle
 TEST(TfEventsOracle, OurReaderAgreesWithIndependentWriter) {
   if (const std::string why = testing::tfevents_oracle_missing(); !why.empty())
     GTEST_SKIP() << "oracle unavailable: " << why;

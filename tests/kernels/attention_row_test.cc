@@ -1,6 +1,7 @@
 // attention_row_kv (every ISA, every row element type) against the scalar attention_row template:
 // the same bits.
-#include "kernels/attention_row.h"
+// ctest-file-label: quick
+#include "kernels/attention/attention_row.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,8 @@
 // Fast GEMM paths against their scalar twins (kernels/reference) on awkward shapes, with a
 // tolerance derived from the inputs (product_check.h); thread-count and batch invariance bit for
 // bit.
-#include "kernels/gemm.h"
+// ctest-file-label: quick
+#include "kernels/gemm/gemm.h"
 
 #include <gtest/gtest.h>
 
@@ -15,7 +16,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
-#include "kernels/gemm_blocked.h"
+#include "kernels/gemm/gemm_blocked.h"
 #include "kernels/reference/gemm_reference.h"
 #include "numerics/bf16.h"
 #include "numerics/codec.h"

@@ -1,6 +1,7 @@
 // Decode GEMV against its scalar twins, bit-identity with the GEMM rows (batch invariance), with
 // M = 1 rows, across thread counts, and the packing paths against each other.
-#include "kernels/gemv.h"
+// ctest-file-label: quick
+#include "kernels/gemv/gemv.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +14,7 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/reference/gemm_reference.h"
 #include "kernels/reference/gemv_reference.h"
 #include "numerics/codec.h"

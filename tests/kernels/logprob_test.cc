@@ -1,6 +1,7 @@
 // The log-sum-exp and token log-prob kernels: every level gives the portable definition's bits
 // (logprob.h), the definition is within a stated tolerance of the exact value (long double), and
 // the backward is the exact gradient's formula.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +9,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/logprob.h"
+#include "kernels/elementwise/logprob.h"
 #include "tests/test_util.h"
 
 namespace fp8rl {

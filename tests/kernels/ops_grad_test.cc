@@ -1,4 +1,5 @@
 // Finite-difference checks of every layer's backward (FP32), and properties of RoPE.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,13 +8,13 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/attention.h"
-#include "kernels/attention_row.h"
-#include "kernels/logprob.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_row.h"
+#include "kernels/elementwise/logprob.h"
+#include "kernels/elementwise/rmsnorm.h"
+#include "kernels/elementwise/rope.h"
 #include "numerics/bf16.h"
-#include "kernels/swiglu.h"
+#include "kernels/elementwise/swiglu.h"
 #include "tests/grad_check.h"
 #include "tests/test_util.h"
 

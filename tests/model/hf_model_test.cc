@@ -7,6 +7,7 @@
 //   * fp8rl's BF16 and FP8 exports load back into fp8rl with bit-identical log-probs, and the
 //     reference reads the FP8 export (E4M3 codes x weight_scale_inv) to the same log-probs;
 //   * malformed directories give one error naming the file and the tensor, and load nothing.
+// ctest-file-label: slow-oracle
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,5 +1,6 @@
 // Linear: a forward that takes another linear's copies of the same input (q/k/v, gate/up) gives
 // the bits of one that makes its own, forward and backward.
+// ctest-file-label: quick
 #include "model/linear.h"
 
 #include <gtest/gtest.h>

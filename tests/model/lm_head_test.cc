@@ -2,6 +2,7 @@
 // the unsliced GEMM's over the rows with a gradient bit for bit, and dx (summed over vocabulary
 // slices) matches the exact gradient within a derived tolerance; BF16 and FP32 heads, a real
 // vocabulary size.
+// ctest-file-label: quick
 #include "model/lm_head.h"
 
 #include <gtest/gtest.h>
@@ -11,8 +12,8 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "kernels/gemm.h"
-#include "kernels/logprob.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/elementwise/logprob.h"
 #include "numerics/bf16.h"
 #include "numerics/codec.h"
 #include "tests/test_util.h"
@@ -37,6 +38,7 @@ HeadInputs random_head_inputs(int64_t V, int64_t C, int64_t N, uint64_t seed) {
   return in;
 }
 
+// ctest-label: slow
 TEST_P(LmHead, ChunksGiveTheUnchunkedBits) {
   const Precision precision = GetParam();
   // 151,936 columns: forward chunks of 110 rows (two chunks for 150 rows), 75 backward slices

@@ -4,6 +4,7 @@
 // refused with an error naming the key or tensor; checkpoints written by the independent PyTorch
 // reference (tools/oracles/hf_reference.py, float64 Qwen3MoeSparseMoeBlock) give fp8rl's FP32
 // model the reference's logits and log-probs.
+// ctest-file-label: quick
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -185,6 +186,7 @@ constexpr double kTolerance = testing::kReferenceTolerance;
 // go to another expert in fp8rl. These seeds' closest is about 1e-2.
 constexpr double kMinRouteMargin = 1e-4;
 
+// ctest-label: slow-oracle
 TEST(MoeHf, LoadsMoeDirectoriesLikeThePyTorchReference) {
   if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;
   testing::TempDir tmp;

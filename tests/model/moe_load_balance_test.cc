@@ -2,6 +2,7 @@
 // hand (uniform routing gives k; padding is not counted), its gradient through the whole model
 // against finite differences, and a frozen router that receives no gradient and no update while
 // every other gradient keeps its bits.
+// ctest-file-label: quick
 #include "model/moe_load_balance.h"
 
 #include <gtest/gtest.h>

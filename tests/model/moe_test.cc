@@ -2,6 +2,7 @@
 // the FP32 forward against a direct double-precision evaluation of the definition, and the
 // property that makes generator and trainer route alike: a token's routing and output do not
 // depend on the other tokens of its batch, to the bit, under every precision policy.
+// ctest-file-label: quick
 #include "model/moe.h"
 
 #include <gtest/gtest.h>

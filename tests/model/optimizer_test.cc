@@ -1,5 +1,6 @@
 // AdamW against a hand-computed update; clipping; schedules; non-finite gradients; shards and
 // offloaded moments against the whole optimizer in memory.
+// ctest-file-label: quick
 #include "model/optimizer.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 // The precision policy selects exactly the intended linears.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <map>

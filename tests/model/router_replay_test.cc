@@ -2,6 +2,7 @@
 // are the ones the MoE layers use, replaying the router's own choice changes no bit, the prefix
 // forward replays as the padded one does (a shared prompt with different records included), and
 // a malformed record is refused.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <string>

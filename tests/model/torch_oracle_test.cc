@@ -18,6 +18,7 @@
 // forward, and the test requires our experts to be torch's for every row there (in every forward
 // of the AdamW steps too in FP32; in BF16 and FP8 the steps' weights drift apart by up to lr per
 // element, so a near tie there may go either way: such rows are counted and printed).
+// ctest-file-label: slow-oracle
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,6 @@
 // Whole-model finite-difference gradient check in the FP32 reference mode, with and without
 // q/k-norm and tied embeddings; and the BF16 / FP8 modes stay close to FP32.
+// ctest-file-label: quick
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -202,7 +203,7 @@ TEST(Transformer, ForwardWithoutBackwardGivesTheSameLogprobs) {
 
 // The gradient contract (transformer.h): two micro-batches' gradient is the fold, in order, of
 // each one's dense term (formed from zero) and embedding-row term, which is what the
-// data-parallel reduction adds on another process (rl/dist). Tied embeddings, repeated tokens.
+// data-parallel reduction adds on another process (rl/data_parallel.h). Tied embeddings, repeated tokens.
 TEST(Transformer, MicroBatchGradientsAreAFoldOfTheirTerms) {
   ModelConfig c = micro_config(true, true);
   c.d_model = 128, c.d_ff = 256, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32;

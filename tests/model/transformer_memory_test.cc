@@ -1,6 +1,7 @@
 // What the trainer's memory savings must not change: activation checkpointing gives the same
 // log-probs and gradients bit for bit, and a frozen copy (the reference policy) the same
 // log-probs, through forward() and prefix_logprobs(), in every precision.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -1,4 +1,5 @@
 // BF16 codec: decode exhaustively, encode against an independent round-to-nearest-even oracle.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <bit>

@@ -1,5 +1,6 @@
 // BF16 rounding against PyTorch (an implementation nobody on this project wrote), run as a
 // subprocess with Debian's /usr/bin/python3 (scripts/setup.sh installs python3-torch).
+// ctest-file-label: oracle
 #include <gtest/gtest.h>
 
 #include <bit>

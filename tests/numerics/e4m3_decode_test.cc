@@ -1,5 +1,6 @@
 // E4M3 decode: the scalar codec against the OCP definition, and the vectorised paths against
 // the scalar codec, for all 256 codes.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <bit>

@@ -1,4 +1,5 @@
 // E4M3 encode: scalar and vectorised encoders against the brute-force nearest-value oracle.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <bit>

@@ -1,5 +1,6 @@
 // exp_f32 / sigmoid_f32: accuracy against libm's double exp, and the AVX-512 and AVX2 lanes
 // against the scalar functions bit for bit.
+// ctest-file-label: quick
 #include "numerics/exp.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 // Bad input to the quantizers raises fp8rl::Error with a message that says what was wrong.
+// ctest-file-label: quick
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1,6 +1,7 @@
 // Quantizers and dequantizers: every path against the naive per-tile oracle, bit for bit, on
 // awkward shapes with zero, NaN, Inf, huge and tiny blocks; the round-trip error bound; the
 // column-wise copy; strided sources.
+// ctest-file-label: quick
 #include "numerics/quantize.h"
 
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 // The 95 % intervals of the report's summary, against values worked by hand from the t table.
+// ctest-file-label: quick
 #include "report/intervals.h"
 
 #include <gtest/gtest.h>

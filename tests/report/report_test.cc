@@ -1,6 +1,7 @@
 // `fp8rl report`: the tolerant reader of run directories, the grouping and summary, the page, and
 // the page drawn by headless Chromium (skipped where Chromium is not installed; scripts/setup.sh
 // installs it).
+// ctest-file-label: quick
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -28,7 +29,7 @@ using fp8rl::testing::read_file_bytes;
 using fp8rl::testing::TempDir;
 using ::testing::HasSubstr;
 
-// One metrics.jsonl line shaped like the GRPO loop's (src/rl/grpo.cc), with values that move with
+// One metrics.jsonl line shaped like the GRPO loop's (src/jobs/grpo.cc), with values that move with
 // the step so that every chart has a curve.
 std::string metrics_line(int step, double offset, bool with_val) {
   const double t = step;
@@ -231,6 +232,7 @@ std::string find_program(const std::vector<std::string>& names) {
 // Renders the report of three short runs (two presets) in headless Chromium and checks that every
 // chart drew data: the page records, per chart, the values plotted and the coloured pixels read
 // back from its canvas (report_page.js). Also takes a screenshot.
+// ctest-label: browser
 TEST(ReportHtml, EveryChartDrawsDataInHeadlessChromium) {
   const std::string chromium = find_program({"chromium", "chromium-browser", "google-chrome"});
   if (chromium.empty()) GTEST_SKIP() << "chromium not installed (scripts/setup.sh installs the Debian package)";

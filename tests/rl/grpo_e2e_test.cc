@@ -1,6 +1,7 @@
 // The GRPO loop end to end on the `tiny` model: SFT warm start, then fp8-e2e GRPO improves the
 // reward with near-perfect generator/trainer agreement; runs are deterministic; --resume gives
 // the uninterrupted run's metrics; bad inputs leave no run directory behind.
+// ctest-file-label: slow
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,9 +13,9 @@
 #include "core/check.h"
 #include "core/rng.h"
 #include "model/checkpoint.h"
-#include "rl/grpo.h"
+#include "jobs/grpo.h"
 #include "rl/refit.h"
-#include "rl/sft_job.h"
+#include "jobs/sft_job.h"
 #include "tests/test_temp_dir.h"
 
 namespace fp8rl {
@@ -80,6 +81,7 @@ std::vector<nlohmann::json> read_metrics(const fs::path& run, bool drop_timings)
 // padding): the padded forward's log-probs bit for bit, on a batch of prompts with several
 // samples each (shared prompts, repeated and empty responses, padding, prompt positions scored
 // too), BF16 and FP8 linears, FP32 LM head or not.
+// ctest-label: quick
 TEST(GrpoReferenceLogprobs, PrefixLayoutEqualsThePaddedForward) {
   const int32_t pad = 0;
   const int64_t B = 12;
@@ -119,6 +121,7 @@ TEST(GrpoReferenceLogprobs, PrefixLayoutEqualsThePaddedForward) {
     }
 }
 
+// ctest-label: quick
 TEST(GrpoKvCalibration, EqualsTheWholeBatchForwardsItReplaced) {
   const int32_t pad = 0;
   std::vector<std::vector<int32_t>> seqs;

@@ -9,6 +9,7 @@
 // (<= 2^-24 relative); the script's 4-point finite difference is accurate to ~1e-11 absolute
 // (it checks itself at two step sizes), so gradients get 2^-23 |expected| + 1e-10 and advantages
 // 2^-23 |expected| + 1e-12.
+// ctest-file-label: oracle
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -4,6 +4,7 @@
 // a BF16 Hugging Face directory and an FP8 export, each a complete model directory (config.json
 // keys of the source kept, tokenizer files copied), and both exports load back with the
 // checkpoint's log-probs to the bit.
+// ctest-file-label: slow-oracle
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,7 +16,7 @@
 #include "core/rng.h"
 #include "io/safetensors.h"
 #include "model/checkpoint.h"
-#include "rl/grpo.h"
+#include "jobs/grpo.h"
 #include "tests/tasks/byte_level_toy.h"
 #include "tests/test_temp_dir.h"
 #include "tests/test_util.h"

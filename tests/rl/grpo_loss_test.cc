@@ -1,5 +1,6 @@
 // GRPO advantages and loss: finite-difference gradient checks of every variant, micro-batch
 // additivity, the clipped term's branch semantics, non-finite generator log-probs, and bad input.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <cmath>

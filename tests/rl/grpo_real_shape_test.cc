@@ -9,6 +9,7 @@
 // The test runs in the release build only (scripts/test.sh leaves it out of the sanitizer run):
 // 187 M parameters through AdamW take minutes under AddressSanitizer, and the sanitizer run
 // covers the same code at small shapes.
+// ctest-file-label: slow
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -17,7 +18,7 @@
 
 #include "model/hf_config.h"
 #include "model/hf_weights.h"
-#include "rl/grpo.h"
+#include "jobs/grpo.h"
 #include "tests/test_temp_dir.h"
 
 namespace fp8rl {

@@ -2,6 +2,7 @@
 // context only. They get no target in the trainer's batch, and whatever log-probs sit at their
 // positions (generator, trainer, previous or reference policy) change neither the loss, the KL,
 // the metrics nor the gradient, which is zero there.
+// ctest-file-label: quick
 #include "rl/rollout.h"
 
 #include <gtest/gtest.h>

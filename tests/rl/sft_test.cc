@@ -1,5 +1,6 @@
 // SFT end to end on a tiny model and a toy task (answer = the prompt reversed): the loss falls
 // and greedy decoding with the trainer reproduces the answers.
+// ctest-file-label: quick
 #include "rl/sft.h"
 
 #include <gmock/gmock.h>
@@ -10,8 +11,8 @@
 
 #include "core/check.h"
 #include "core/rng.h"
-#include "rl/evaluate.h"
-#include "tasks/char_tokenizer.h"
+#include "jobs/evaluate.h"
+#include "tokenizer/char_tokenizer.h"
 #include "tasks/running_sum.h"
 
 namespace fp8rl {

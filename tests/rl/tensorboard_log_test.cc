@@ -2,6 +2,7 @@
 // and resumed) and an SFT run write event files whose scalars are their metrics files' numbers, float32 for float32, read back by our
 // reader and by the independent one (tests/io/tfevents_oracle.h) where it is installed; without
 // the key no event file is written.
+// ctest-file-label: quick
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "io/tfevents.h"
-#include "rl/grpo.h"
-#include "rl/sft_job.h"
+#include "jobs/grpo.h"
+#include "jobs/sft_job.h"
 #include "tests/io/tfevents_oracle.h"
 #include "tests/test_temp_dir.h"
 

@@ -1,3 +1,4 @@
+// ctest-file-label: quick
 #include "tasks/arithmetic.h"
 
 #include <gmock/gmock.h>
@@ -7,7 +8,7 @@
 
 #include "core/check.h"
 #include "io/config.h"
-#include "tasks/char_tokenizer.h"
+#include "tokenizer/char_tokenizer.h"
 
 namespace fp8rl {
 namespace {

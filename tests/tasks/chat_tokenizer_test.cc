@@ -3,6 +3,7 @@
 // <|start_header_id|> 128006, "user" 882, <|end_header_id|> 128007, "\n\n" 271, <|eot_id|>
 // 128009, "assistant" 78191), Qwen3's and the plain one on toy vocabularies, response decoding,
 // and the errors for a framing the vocabulary cannot express.
+// ctest-file-label: oracle
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,8 +18,8 @@
 #include "core/check.h"
 #include "tests/tasks/byte_level_toy.h"
 #include "tests/test_temp_dir.h"
-#include "tasks/chat_tokenizer.h"
-#include "tasks/utf8.h"
+#include "tokenizer/chat_tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace fp8rl {
 namespace {
@@ -84,6 +85,7 @@ TEST(ChatTokenizer, Qwen3FramingHasTheModelsIds) {
                                                                     198, 151644, 77091, 198, 151667, 271, 151668, 271}));
 }
 
+// ctest-label: quick
 TEST(ChatTokenizer, Qwen3AndPlainFramingsOnToyVocabularies) {
   testing::TempDir tmp;
   const fs::path qwen = tmp.write("qwen/tokenizer.json",
@@ -110,6 +112,7 @@ TEST(ChatTokenizer, Qwen3AndPlainFramingsOnToyVocabularies) {
   EXPECT_EQ(l.eos(), 260);
 }
 
+// ctest-label: quick
 TEST(ChatTokenizer, AFramingTheVocabularyLacksIsAnErrorNamingFileAndToken) {
   testing::TempDir tmp;
   const fs::path path = tmp.write("tokenizer.json", testing::byte_level_tokenizer_json({{"<|endoftext|>", true}}));

@@ -1,4 +1,5 @@
 // The JSONL task: reading, line-numbered errors, final-answer extraction and the verifier.
+// ctest-file-label: quick
 #include "tasks/jsonl_task.h"
 
 #include <gmock/gmock.h>

@@ -1,3 +1,4 @@
+// ctest-file-label: quick
 #include "tasks/running_sum.h"
 
 #include <gmock/gmock.h>
@@ -6,7 +7,7 @@
 #include <set>
 
 #include "core/check.h"
-#include "tasks/char_tokenizer.h"
+#include "tokenizer/char_tokenizer.h"
 
 namespace fp8rl {
 namespace {

@@ -3,6 +3,7 @@
 // Afterwards no process of any sandbox is left, and nothing outside was written or read. Also the
 // python_tests reward (tasks/python_sandbox.h): right code passes, wrong code fails, and code
 // that prints the results' format itself cannot make a pass.
+// ctest-file-label: quick
 #include "tasks/sandbox.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,4 @@
-// NFC normalization (tasks/unicode_nfc.h): published examples (UAX #15 and the Unicode
+// NFC normalization (tokenizer/unicode_nfc.h): published examples (UAX #15 and the Unicode
 // normalization FAQ), invalid UTF-8 as a barrier, and a random corpus of combining-heavy strings
 // against Python's unicodedata (tools/oracles/nfc_check.py, run with Debian's /usr/bin/python3).
 //
@@ -8,7 +8,8 @@
 // freely from its blocks (unassigned code points included: both sides leave them alone); the test
 // checks the versions are equal and fails, naming both, if a regenerated table ever drifts from
 // the oracle.
-#include "tasks/unicode_nfc.h"
+// ctest-file-label: quick
+#include "tokenizer/unicode_nfc.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -19,7 +20,7 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "tasks/pretokenize_llama3.h"
+#include "tokenizer/pretokenize_llama3.h"
 #include "tests/test_temp_dir.h"
 #include "tests/test_util.h"
 
@@ -180,6 +181,7 @@ std::vector<std::string> random_corpus(size_t count) {
   return corpus;
 }
 
+// ctest-label: oracle
 TEST(UnicodeNfc, AgreesWithPythonUnicodedata) {
   if (const std::string why = testing::python_oracle_unavailable("unicodedata"); !why.empty()) GTEST_SKIP() << why;
   const std::vector<std::string> corpus = random_corpus(5000);

@@ -1,6 +1,7 @@
 // Plug-in worker processes: starting, the JSON Lines exchange, the errors that name the worker,
 // timeouts, and that nothing a child starts outlives it. Workers here are small shell and Python
 // programs; tests/cli/plugin_failures_test.sh runs the same through `fp8rl train`.
+// ctest-file-label: quick
 #include "tasks/worker_pool.h"
 
 #include <gmock/gmock.h>

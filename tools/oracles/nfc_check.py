@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Python's unicodedata NFC, which fp8rl's nfc_normalize (src/tasks/unicode_nfc.cc) is checked
+"""Python's unicodedata NFC, which fp8rl's nfc_normalize (src/tokenizer/unicode_nfc.cc) is checked
 against.
 
 Usage (run by tests/tasks/unicode_nfc_test.cc with Debian's /usr/bin/python3):

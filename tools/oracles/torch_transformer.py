@@ -31,7 +31,7 @@ Modes reproduce fp8rl's precision policy (src/model/transformer.cc, linear.cc):
         rounded to bfloat16 with float32 accumulation, and dY rounded before dgrad and wgrad
   fp8   as bf16, but the seven linears of every layer run the blockwise FP8 recipe
         (docs/recipe.md sections 3-4), emulated here in float ops; the LM head stays BF16
-  bf16attn  bf16 with policy.attention_precision: bf16 (kernels/attention.h): P rounded to
+  bf16attn  bf16 with policy.attention_precision: bf16 (kernels/attention/attention.h): P rounded to
         bfloat16 after the softmax (whose backward uses the rounded P), the gradient reaching
         the attention output (dO) and the one reaching q k^T (dS, scale included) rounded
 
