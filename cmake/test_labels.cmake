@@ -23,6 +23,8 @@ function(fp8rl_collect_test_labels)
     set(tests_${label} "")
   endforeach()
   foreach(source IN LISTS ARGN)
+    # Configure again when a source changes, so that a test added to it is filed under its label.
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/${source})
     file(READ ${CMAKE_SOURCE_DIR}/${source} content)
     string(REGEX MATCH "// ctest-file-label: ([a-z-]+)" file_label "${content}")
     if(NOT file_label)

@@ -1,5 +1,5 @@
-// The transformer's architecture: a Llama-3 / Qwen3 decoder, dense or with Mixture-of-Experts
-// MLPs (Qwen3-MoE).
+// The transformer's architecture: a Llama-3 / Qwen2 / Qwen3 decoder, dense or with
+// Mixture-of-Experts MLPs (Qwen3-MoE).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,7 @@ struct ModelConfig {
   bool rope_llama3_scaling = false;
   RopeScaling rope_scaling;    // used when rope_llama3_scaling
   bool qk_norm = false;        // Qwen3: RMSNorm over each head of q and k before RoPE
+  bool qkv_bias = false;       // Qwen2: biases on the q, k and v projections
   float norm_eps = 1e-6f;
   bool tie_embeddings = true;  // LM head shares the embedding matrix
   // Mixture of Experts (Qwen3-MoE; num_experts 0: dense). Layer l's MLP is an MoE block

@@ -15,6 +15,9 @@ std::string layer_suffix(TensorRole role, int64_t expert) {
     case TensorRole::kQ: return "self_attn.q_proj.weight";
     case TensorRole::kK: return "self_attn.k_proj.weight";
     case TensorRole::kV: return "self_attn.v_proj.weight";
+    case TensorRole::kQBias: return "self_attn.q_proj.bias";
+    case TensorRole::kKBias: return "self_attn.k_proj.bias";
+    case TensorRole::kVBias: return "self_attn.v_proj.bias";
     case TensorRole::kO: return "self_attn.o_proj.weight";
     case TensorRole::kQNorm: return "self_attn.q_norm.weight";
     case TensorRole::kKNorm: return "self_attn.k_norm.weight";
@@ -39,7 +42,7 @@ bool is_expert(TensorRole role) {
 // Appends layer `l`'s tensor of `role` (a norm unless `shape` is a matrix) to `out`.
 void add_layer_tensor(std::vector<TensorSpec>& out, int64_t l, TensorRole role, Shape shape, int64_t expert = -1) {
   const bool matrix = shape.rank == 2;
-  const PrecisionRule rule = !matrix                         ? PrecisionRule::kNorm
+  const PrecisionRule rule = !matrix                         ? PrecisionRule::kVector
                              : role == TensorRole::kRouter ? PrecisionRule::kRouter
                                                            : PrecisionRule::kLinear;
   out.push_back({role, l, expert, tensor_name(role, l, expert), shape, /*decay=*/matrix, rule});
@@ -64,6 +67,11 @@ void append_layer(const ModelConfig& c, int64_t l, bool linears_only, std::vecto
   add(TensorRole::kQ, Shape{c.q_dim(), C});
   add(TensorRole::kK, Shape{c.kv_dim(), C});
   add(TensorRole::kV, Shape{c.kv_dim(), C});
+  if (c.qkv_bias) {
+    add(TensorRole::kQBias, Shape{c.q_dim()});
+    add(TensorRole::kKBias, Shape{c.kv_dim()});
+    add(TensorRole::kVBias, Shape{c.kv_dim()});
+  }
   add(TensorRole::kO, Shape{C, c.q_dim()});
   if (c.qk_norm) {
     add(TensorRole::kQNorm, Shape{c.head_dim});
@@ -100,7 +108,7 @@ std::vector<TensorSpec> model_tensors(const ModelConfig& c) {
   std::vector<TensorSpec> out{embedding(c)};
   for (int64_t l = 0; l < c.n_layers; ++l) append_layer(c, l, /*linears_only=*/false, out);
   out.push_back({TensorRole::kFinalNorm, -1, -1, tensor_name(TensorRole::kFinalNorm), Shape{c.d_model}, false,
-                 PrecisionRule::kNorm});
+                 PrecisionRule::kVector});
   if (!c.tie_embeddings) out.push_back(lm_head_linear(c));
   return out;
 }
@@ -154,6 +162,19 @@ Precision linear_precision(const PrecisionPolicy& policy, int64_t n_layers, cons
   return Precision::kF32;
 }
 
+TensorRole bias_role(TensorRole projection) {
+  switch (projection) {
+    case TensorRole::kQ: return TensorRole::kQBias;
+    case TensorRole::kK: return TensorRole::kKBias;
+    case TensorRole::kV: return TensorRole::kVBias;
+    default: return projection;
+  }
+}
+
+bool is_bias(TensorRole role) {
+  return role == TensorRole::kQBias || role == TensorRole::kKBias || role == TensorRole::kVBias;
+}
+
 bool is_residual_output(TensorRole role) {
   return role == TensorRole::kO || role == TensorRole::kDown || role == TensorRole::kExpertDown;
 }
@@ -182,6 +203,9 @@ const char* tensor_role_name(TensorRole role) {
     case TensorRole::kQ: return "q";
     case TensorRole::kK: return "k";
     case TensorRole::kV: return "v";
+    case TensorRole::kQBias: return "q_bias";
+    case TensorRole::kKBias: return "k_bias";
+    case TensorRole::kVBias: return "v_bias";
     case TensorRole::kO: return "o";
     case TensorRole::kQNorm: return "q_norm";
     case TensorRole::kKNorm: return "k_norm";

@@ -4,8 +4,8 @@
 // projection's shape; the parameter layout, the loader, both exporters, the trainer's and the
 // generator's linears, the refit and the checkpoints all iterate it or look tensors up by role.
 //
-// Families (arch/config.h): Llama 3 (no q/k norms), Qwen3 (q/k norms) and Qwen3-MoE (a router
-// and E experts in place of an MoE layer's dense MLP).
+// Families (arch/config.h): Llama 3 (no q/k norms), Qwen2 (biases on q, k and v), Qwen3 (q/k
+// norms) and Qwen3-MoE (a router and E experts in place of an MoE layer's dense MLP).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,9 @@ enum class TensorRole : uint8_t {
   kQ,           // [Hq*D, C]
   kK,           // [Hkv*D, C]
   kV,           // [Hkv*D, C]
+  kQBias,       // [Hq*D]  (qkv_bias only)
+  kKBias,       // [Hkv*D] (qkv_bias only)
+  kVBias,       // [Hkv*D] (qkv_bias only)
   kO,           // [C, Hq*D]
   kQNorm,       // [D]     (qk_norm only)
   kKNorm,       // [D]     (qk_norm only)
@@ -42,7 +45,7 @@ enum class TensorRole : uint8_t {
 
 // How a tensor's precision is decided.
 enum class PrecisionRule : uint8_t {
-  kNorm,       // FP32 values, never quantized
+  kVector,     // a norm's weight or a bias: FP32 values, never quantized
   kLinear,     // the policy's per-layer rule (PrecisionPolicy::linear_precision)
   kRouter,     // FP32: its logits decide the experts (model/moe.h)
   kEmbedding,  // a row gather of the FP32 master (BF16-rounded with BF16 activations)
@@ -55,8 +58,8 @@ struct TensorSpec {
   int64_t expert = -1;  // an MoE expert's index, else -1
   std::string name;     // Hugging Face name, e.g. "model.layers.0.mlp.up_proj.weight"
   Shape shape;
-  bool decay = false;   // AdamW weight decay applies (matrices, not norms)
-  PrecisionRule rule = PrecisionRule::kNorm;
+  bool decay = false;   // AdamW weight decay applies (matrices, not norms or biases)
+  PrecisionRule rule = PrecisionRule::kVector;
 };
 
 // Every tensor of `config`'s model in the canonical order (the flat parameter buffer's, the
@@ -91,6 +94,12 @@ Precision linear_precision(const PrecisionPolicy& policy, int64_t n_layers, cons
 // The LM head's precision, the same in both engines: FP32 with fp32_lm_head or FP32 activations,
 // else BF16 (never FP8).
 Precision lm_head_precision(const PrecisionPolicy& policy);
+
+// The bias of a projection role (kQBias for kQ, ...), or the role itself when it has none.
+TensorRole bias_role(TensorRole projection);
+
+// Whether the role is a projection's bias.
+bool is_bias(TensorRole role);
 
 // Whether the role is an output projection of a residual branch (o, down, an expert's down),
 // whose random initialisation is scaled by 1/sqrt(2 L).

@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "kernels/attention/attention_row.h"
 #include "kernels/attention/attention_scales.h"
+#include "kernels/elementwise/bias.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/elementwise/rmsnorm.h"
 #include "kernels/elementwise/rope.h"
@@ -96,6 +97,11 @@ void GenerationEngine::load_linear(EngineLinear& dst, const LinearWeightSource& 
   FP8RL_CHECK(src.f32 != nullptr || src.fp8 != nullptr || src.bf16 != nullptr,
               "generator weights: a linear [{}, {}] has no source", N, K);
   const GemvOptions gemv{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true};
+  if (src.bias != nullptr) {
+    copy_floats(dst.bias, src.bias, N);
+  } else {
+    dst.bias = AlignedBuffer<float>();
+  }
   switch (dst.precision) {
     case Precision::kF32:
       copy_floats(dst.f32, src.f32, N * K);
@@ -185,7 +191,7 @@ void GenerationEngine::update_weights(const GeneratorWeightSource& src) {
 void GenerationEngine::release_memory() {
   kv_.release_memory();
   auto release = [](EngineLinear& lin) {
-    lin.packed = PackedGemvWeights{}, lin.own_bf16 = {}, lin.own_fp8 = {}, lin.f32 = {};
+    lin.packed = PackedGemvWeights{}, lin.own_bf16 = {}, lin.own_fp8 = {}, lin.f32 = {}, lin.bias = {};
   };
   for (EngineLayer& layer : layers_) {
     for (EngineLinear& lin : layer.lin) release(lin);
@@ -206,8 +212,26 @@ void GenerationEngine::set_kv_scales(const std::vector<QkvScales>& scales) {
 
 void GenerationEngine::linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round) {
   const int64_t K = calls.begin()->lin->K;
-  for (const LinearCall& c : calls)
+  bool any_bias = false;
+  for (const LinearCall& c : calls) {
     FP8RL_CHECK(c.lin->K == K, "linears_forward: linears of K {} and {} cannot share x", K, c.lin->K);
+    any_bias |= !c.lin->bias.empty();
+  }
+  linears_products(calls, x, R, round && !any_bias);
+  // Biases (Qwen2's q, k, v) before the one rounding, as the trainer's Linear adds them.
+  if (!any_bias) return;
+  for (const LinearCall& c : calls) {
+    if (!c.lin->bias.empty()) {
+      bias_forward(c.y, c.lin->bias.data(), R, c.lin->N, round);
+    } else if (round) {
+      round_bf16(c.y, R * c.lin->N);
+    }
+  }
+}
+
+void GenerationEngine::linears_products(std::initializer_list<LinearCall> calls, const float* x, int64_t R,
+                                        bool round) {
+  const int64_t K = calls.begin()->lin->K;
   const GemmOptions gemm{.isa = Isa::kAuto, .threads = 0, .batch_invariant = true, .round_output_bf16 = round};
   const GemvOptions gemv{
       .isa = Isa::kAuto, .threads = 0, .batch_invariant = options_.batch_invariant, .round_output_bf16 = round};

@@ -49,6 +49,7 @@ struct LinearWeightSource {
   const float* f32 = nullptr;
   const QuantizedMatrix* fp8 = nullptr;
   const bf16_t* bf16 = nullptr;
+  const float* bias = nullptr;  // [N] FP32 (Qwen2's q, k, v), copied; nullptr: none
 };
 
 struct LayerWeightSource {
@@ -172,6 +173,7 @@ class GenerationEngine {
     AlignedBuffer<bf16_t> own_bf16;
     QuantizedTensor own_fp8;
     AlignedBuffer<float> f32;         // FP32 weights (FP32 LM head only)
+    AlignedBuffer<float> bias;        // [N], empty without a bias
     int64_t N = 0, K = 0;
   };
   struct EngineLayer {
@@ -203,6 +205,8 @@ class GenerationEngine {
   // (BF16 encoding or the 1x128 quantization); up to kGemvMaxRows rows go through one GEMV call
   // (one pass of the pool for all of them), more rows through one GEMM per linear.
   void linears_forward(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round_bf16);
+  // The products x W^T alone (linears_forward less the biases), rounded if asked.
+  void linears_products(std::initializer_list<LinearCall> calls, const float* x, int64_t R, bool round_bf16);
   // Runs the rows through the model, writing their K/V into the cache; then, if `logits` is
   // given, the logits [logit_rows.size(), V] of the rows listed in `logit_rows` (all R rows when
   // it is empty): a prefill needs only its prompts' last rows.

@@ -36,7 +36,7 @@ void bind_run_config(ConfigSchema& s, RunConfig& c) {
         "char: the built-in character vocabulary");
   s.add("tokenizer.chat_format", &c.chat_format, "auto",
         "framing of prompts for a model directory's tokenizer.json (auto: from its special tokens)")
-      .choices({"auto", "llama3", "qwen3", "none"});
+      .choices({"auto", "llama3", "qwen3", "chatml", "none"});
   s.add("model.seed", &c.model_seed, 1, "seed of the random initialisation").at_least(0);
   s.add("model.max_seq_len", &c.max_seq_len, 64, "longest sequence (prompt + response) in tokens").range(8, 40960);
 

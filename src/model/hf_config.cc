@@ -18,8 +18,14 @@ nlohmann::json hf_config_json(const ModelConfig& c, const nlohmann::json& base) 
   nlohmann::json j = base.is_object() ? base : nlohmann::json::object();
   FP8RL_REQUIRE(!c.is_moe() || c.qk_norm,
                 "an MoE model is written as Qwen3-MoE, which has q/k-norm; this one (preset '{}') has none", c.preset);
-  j["architectures"] = {c.is_moe() ? "Qwen3MoeForCausalLM" : c.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = c.is_moe() ? "qwen3_moe" : c.qk_norm ? "qwen3" : "llama";
+  FP8RL_REQUIRE(!c.qkv_bias || (!c.qk_norm && !c.is_moe()),
+                "a model with q, k, v biases is written as Qwen2, which has no q/k-norm and no experts (preset '{}')",
+                c.preset);
+  j["architectures"] = {c.is_moe()     ? "Qwen3MoeForCausalLM"
+                        : c.qk_norm    ? "Qwen3ForCausalLM"
+                        : c.qkv_bias ? "Qwen2ForCausalLM"
+                                       : "LlamaForCausalLM"};
+  j["model_type"] = c.is_moe() ? "qwen3_moe" : c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : "llama";
   for (const char* key : {"num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob",
                           "decoder_sparse_step", "mlp_only_layers"})
     j.erase(key);
@@ -43,7 +49,9 @@ nlohmann::json hf_config_json(const ModelConfig& c, const nlohmann::json& base) 
   j["rope_theta"] = c.rope_theta;
   j["tie_word_embeddings"] = c.tie_embeddings;
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
+  j.erase("attention_bias");  // Qwen2's biases are its architecture's; Llama's and Qwen3's are off
+  if (!c.qkv_bias) j["attention_bias"] = false;
+  if (c.qkv_bias) j["use_sliding_window"] = false;
   if (!j.contains("torch_dtype")) j["torch_dtype"] = "float32";
   if (c.rope_llama3_scaling) {
     j["rope_scaling"] = {{"rope_type", "llama3"},
@@ -87,8 +95,8 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
   };
 
   const std::string model_type = text("model_type", "llama");
-  FP8RL_REQUIRE(model_type == "llama" || model_type == "qwen3" || model_type == "qwen3_moe",
-                "{}: model_type '{}' is not supported (fp8rl implements llama, qwen3 and qwen3_moe)", source,
+  FP8RL_REQUIRE(model_type == "llama" || model_type == "qwen2" || model_type == "qwen3" || model_type == "qwen3_moe",
+                "{}: model_type '{}' is not supported (fp8rl implements llama, qwen2, qwen3 and qwen3_moe)", source,
                 model_type);
   if (j.contains("architectures")) {
     const nlohmann::json& a = j["architectures"];
@@ -97,6 +105,7 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
     const std::string arch = a[0].get<std::string>();
     const char* expected = model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
                            : model_type == "qwen3"   ? "Qwen3ForCausalLM"
+                           : model_type == "qwen2"   ? "Qwen2ForCausalLM"
                                                      : "LlamaForCausalLM";
     FP8RL_REQUIRE(arch == expected, "{}: architecture '{}' is not supported with model_type '{}' (expected {})", source,
                 arch, model_type, expected);
@@ -133,6 +142,7 @@ ModelConfig model_config_from_hf_json(const nlohmann::json& j, const std::string
   c.rope_theta = j.contains("rope_theta") ? number(j, "rope_theta") : 10000.0;
   c.tie_embeddings = flag("tie_word_embeddings", false);
   c.qk_norm = model_type == "qwen3" || model_type == "qwen3_moe";
+  c.qkv_bias = model_type == "qwen2";  // HF's Qwen2Attention: q, k and v with biases, o without
   if (model_type == "qwen3_moe") {
     // Qwen3-MoE (HF's Qwen3MoeConfig; its defaults where a key is absent). Shared experts (Qwen2-MoE)
     // are not part of it and are refused.

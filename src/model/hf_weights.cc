@@ -137,12 +137,13 @@ std::vector<StoredParam> plan_load(const fs::path& dir, const WeightFiles& w, co
   for (const auto& [name, consumed] : used) {
     if (consumed || ignored_stored_tensor(name, config)) continue;
     FP8RL_REQUIRE(false,
-                  "safetensors file '{}': tensor '{}' has no place in this {} (config.json); fp8rl's Llama / Qwen3 / "
-                  "Qwen3-MoE models have no biases and no other parameters",
+                  "safetensors file '{}': tensor '{}' has no place in this {} (config.json); fp8rl's Llama / Qwen2 / "
+                  "Qwen3 / Qwen3-MoE models have no other parameters (biases only on Qwen2's q, k and v)",
                   w.find(name)->path().string(), name,
-                  config.is_moe()  ? "Qwen3MoeForCausalLM"
-                  : config.qk_norm ? "Qwen3ForCausalLM"
-                                   : "LlamaForCausalLM");
+                  config.is_moe()    ? "Qwen3MoeForCausalLM"
+                  : config.qk_norm   ? "Qwen3ForCausalLM"
+                  : config.qkv_bias ? "Qwen2ForCausalLM"
+                                     : "LlamaForCausalLM");
   }
   return plan;
 }

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/tensor.h"
+#include "kernels/elementwise/bias.h"
 #include "kernels/gemm/gemm.h"
 #include "numerics/codec.h"
 #include "numerics/quantize.h"
@@ -170,7 +171,7 @@ void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bo
   cache.shared = same_x;
   const LinearCache& in = cache.input();
   GemmOptions gemm;
-  gemm.round_output_bf16 = round_output_bf16_;  // y rounded tile by tile in the GEMM
+  gemm.round_output_bf16 = round_output_bf16_ && bias_ == nullptr;  // y rounded tile by tile in the GEMM
   switch (precision_) {
     case Precision::kF32:
       cache.x = x;
@@ -191,11 +192,15 @@ void Linear::forward(float* y, const float* x, int64_t M, LinearCache& cache, bo
       gemm_nt_fp8(in.x_fp8.rowwise, w_fp8_.rowwise, y, N_, /*accumulate=*/false, gemm);
       break;
   }
+  if (bias_ != nullptr) bias_forward(y, bias_, M, N_, round_output_bf16_);
 }
 
 void Linear::backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M, const LinearCache& cache,
-                      bool accumulate_dw) const {
+                      bool accumulate_dw, float* db) const {
   FP8RL_CHECK(!frozen_, "linear '{}' is frozen: it has no backward", name_);
+  FP8RL_CHECK((db != nullptr) == (bias_ != nullptr), "linear '{}': a bias gradient {} a bias", name_,
+              db != nullptr ? "without" : "is missing for");
+  if (db != nullptr) bias_backward(db, dy, M, N_);
   const LinearCache& in = cache.input();
   switch (precision_) {
     case Precision::kF32:

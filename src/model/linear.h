@@ -1,4 +1,4 @@
-// One linear layer y = x W^T (no bias) in its precision, forward next to backward.
+// One linear layer y = x W^T (+ b) in its precision, forward next to backward.
 //
 // W [N out, K in] is an FP32 master owned by the parameter buffer. `refresh_weights` makes the
 // step's low-precision copy once (BF16, or FP8 in 128x128 blocks, which dgrad reads as stored);
@@ -7,7 +7,8 @@
 //   BF16  the same with x, dy and W rounded to BF16, FP32 accumulation
 //   FP8   fprop: x 1x128 . W 128x128; dgrad: dy 1x128 . W (the same codes, read along columns);
 //         wgrad: dy and x quantized 128x1 along tokens, afresh from high precision
-// With BF16 activations the output y is rounded to BF16 (unless the layer is told not to).
+// With BF16 activations the output y is rounded to BF16 (unless the layer is told not to). A bias
+// (Qwen2's q, k, v; FP32, never quantized) is added before that rounding (kernels/elementwise/bias.h).
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,10 @@ class Linear {
   const bf16_t* bf16_rows(int64_t r0, int64_t n, AlignedBuffer<bf16_t>& scratch) const;
   // The FP32 weights [N, K] the FP32 path multiplies by (the master, or a frozen copy's own).
   const float* f32_weights() const { return w_master_; }
+  // The FP32 bias [N] forward adds, or nullptr: read in place (a master, or a frozen model's own
+  // copy), so that it never goes stale. The owner sets it again after moving its storage.
+  void set_bias(const float* bias) { bias_ = bias; }
+  const float* bias() const { return bias_; }
 
   // A linear that holds only what forward() reads, in storage of its own: the BF16 copy, the FP8
   // row-wise codes and scales (no column-wise copy), or for an FP32 layer a copy of the FP32
@@ -100,8 +105,9 @@ class Linear {
   // dx [M, K] (+)= dy W, dw [N, K] (+)= dy^T x. `dy` is FP32 [M, N]. A null `dw` skips the weight
   // gradient (a frozen weight's: policy.freeze_router). Without `accumulate_dw` the product is
   // written to dw: the bits 0 + product would give, since a product summed from +0 is never -0.
+  // With a bias, `db` [N] += the column sums of dy in FP32 (bias_backward).
   void backward(float* dx, bool accumulate_dx, float* dw, const float* dy, int64_t M, const LinearCache& cache,
-                bool accumulate_dw = true) const;
+                bool accumulate_dw = true, float* db = nullptr) const;
 
  private:
   std::string name_;
@@ -111,6 +117,7 @@ class Linear {
   ScaleFormat activation_format_ = ScaleFormat::kFp32;
   bool round_output_bf16_ = false;
   const float* w_master_ = nullptr;  // [N, K]
+  const float* bias_ = nullptr;      // [N]
   bool frozen_ = false;
   bool bf16_on_demand_ = false;      // drop_bf16_copy()
   AlignedBuffer<float> w_f32_;       // [N, K] a frozen FP32 layer's own weights

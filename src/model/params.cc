@@ -78,6 +78,9 @@ WeightPointers ParamLayout::bind_with(const std::function<float*(const ParamInfo
       case TensorRole::kQ: lw.wq = ptr; break;
       case TensorRole::kK: lw.wk = ptr; break;
       case TensorRole::kV: lw.wv = ptr; break;
+      case TensorRole::kQBias: lw.bq = ptr; break;
+      case TensorRole::kKBias: lw.bk = ptr; break;
+      case TensorRole::kVBias: lw.bv = ptr; break;
       case TensorRole::kO: lw.wo = ptr; break;
       case TensorRole::kQNorm: lw.q_norm = ptr; break;
       case TensorRole::kKNorm: lw.k_norm = ptr; break;

@@ -34,6 +34,9 @@ struct LayerWeights {
   float* wq;         // [Hq*D, C]
   float* wk;         // [Hkv*D, C]
   float* wv;         // [Hkv*D, C]
+  float* bq;         // [Hq*D]  (qkv_bias only, else nullptr)
+  float* bk;         // [Hkv*D]
+  float* bv;         // [Hkv*D]
   float* wo;         // [C, Hq*D]
   float* q_norm;     // [D]     (qk_norm only, else nullptr)
   float* k_norm;     // [D]     (qk_norm only, else nullptr)
@@ -61,7 +64,7 @@ class ParamLayout {
   const ParamInfo& find(std::string_view name) const;
   const ParamInfo& find(TensorRole role, int64_t layer = -1, int64_t expert = -1) const;
   WeightPointers bind(float* base) const;
-  // The 1-D tensors (the norms) packed in layout order into `base` [norms_numel()]; the matrix
+  // The 1-D tensors (norm weights and biases) packed in layout order into `base` [norms_numel()]; the matrix
   // pointers are nullptr (a frozen model keeps its matrices in its linears).
   int64_t norms_numel() const;
   WeightPointers bind_norms(float* base) const;

@@ -113,6 +113,7 @@ Transformer::Transformer(const ModelConfig& config, const PrecisionPolicy& polic
   w_ = layout_.bind(params_.data());
   g_ = layout_.bind(grads_.data());
   build_linears();
+  bind_biases();
   refresh_weights();
 }
 
@@ -125,6 +126,7 @@ Transformer::Transformer(const ModelConfig& config, const PrecisionPolicy& polic
   policy_.validate();
   build_linears();
   bind_frozen_storage();
+  bind_biases();
 }
 
 void Transformer::build_linears() {
@@ -158,6 +160,14 @@ void Transformer::build_linears() {
   if (!frozen_ && lm_head_.precision() == Precision::kBF16) lm_head_.drop_bf16_copy();
   rope_ = rope_table(config_.head_dim, config_.max_seq_len, config_.rope_theta,
                      config_.rope_llama3_scaling ? &config_.rope_scaling : nullptr);
+}
+
+void Transformer::bind_biases() {
+  for (size_t l = 0; l < linears_.size(); ++l) {
+    const LayerWeights& lw = w_.layers[l];
+    LayerLinears& ll = linears_[l];
+    ll.q.set_bias(lw.bq), ll.k.set_bias(lw.bk), ll.v.set_bias(lw.bv);
+  }
 }
 
 void Transformer::bind_frozen_storage() {
@@ -224,6 +234,7 @@ Transformer Transformer::frozen_copy() const {
   for (const ParamInfo& p : layout_.tensors())
     if (p.shape.rank == 1) std::copy(params_.data() + p.offset, params_.data() + p.offset + p.shape.numel(), f.frozen_norm(p.name));
   f.set_frozen_embedding_rows(w_.embed, 0, config_.vocab_size);
+  f.bind_biases();  // the copies' own (Linear::frozen_copy keeps no pointer into this model)
   f.attention_e4m3_ = {};
   return f;
 }
@@ -320,7 +331,7 @@ void Transformer::init_random(uint64_t seed) {
     float* data = params_.data() + p.offset;
     const int64_t n = p.shape.numel();
     if (p.shape.rank == 1) {
-      std::fill(data, data + n, 1.0f);  // norm weights
+      std::fill(data, data + n, is_bias(p.role) ? 0.0f : 1.0f);  // biases 0, norm weights 1
     } else {
       fill_normal(data, n, 0.0f, static_cast<float>(0.02 * (is_residual_output(p.role) ? out_scale : 1.0)), seed, stream);
     }
@@ -932,9 +943,9 @@ void Transformer::layer_backward(int64_t l, const float* x, const LayerActs& a, 
     dq_in = dq_raw;
     dk_in = dk_raw;
   }
-  ll.q.backward(dh, /*accumulate_dx=*/false, lg.wq, dq_in, N, a.cq, add);
-  ll.k.backward(dh, /*accumulate_dx=*/true, lg.wk, dk_in, N, a.ck, add);
-  ll.v.backward(dh, /*accumulate_dx=*/true, lg.wv, dv, N, a.cv, add);
+  ll.q.backward(dh, /*accumulate_dx=*/false, lg.wq, dq_in, N, a.cq, add, lg.bq);
+  ll.k.backward(dh, /*accumulate_dx=*/true, lg.wk, dk_in, N, a.ck, add, lg.bk);
+  ll.v.backward(dh, /*accumulate_dx=*/true, lg.wv, dv, N, a.cv, add, lg.bv);
   std::memcpy(dx, dx_mid, residual_bytes);
   rmsnorm_backward(dx, lg.attn_norm, dh, x, lw.attn_norm, a.rstd1.data(), N, C, /*accumulate_dx=*/true);
 }

@@ -314,6 +314,8 @@ class Transformer {
   // The linears (trainable, or frozen for a frozen model) and the RoPE table of the config.
   void build_linears();
   void bind_frozen_storage();
+  // Points q, k and v at their biases in w_ (none without qkv_bias).
+  void bind_biases();
   // Calls f(buffer, bytes, offset) for each weight buffer of a frozen model that is a memory map
   // (each linear's copies, the embedding), in a fixed order, offset counting the bytes before it.
   template <typename F>

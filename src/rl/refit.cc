@@ -11,6 +11,7 @@ namespace fp8rl {
 namespace {
 LinearWeightSource source_of(const Linear& lin) {
   LinearWeightSource s;
+  s.bias = lin.bias();
   s.f32 = lin.f32_weights();  // the master (a frozen trainer has none but for FP32 layers)
   if (lin.precision() == Precision::kFP8) s.fp8 = &lin.fp8_weights().rowwise;
   if (lin.precision() == Precision::kBF16) s.bf16 = lin.bf16_weights().data();

@@ -15,6 +15,7 @@ const char* chat_format_name(ChatFormat format) {
     case ChatFormat::kNone: return "none";
     case ChatFormat::kLlama3: return "llama3";
     case ChatFormat::kQwen3: return "qwen3";
+    case ChatFormat::kChatml: return "chatml";
   }
   return "?";
 }
@@ -28,7 +29,7 @@ struct Framing {
   const char* before;
   const char* after;
   const char* eos;
-  const char* needs[3];
+  const char* needs[3];  // unused entries nullptr
 };
 constexpr Framing kFramings[] = {
     {ChatFormat::kLlama3, "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n",
@@ -36,6 +37,8 @@ constexpr Framing kFramings[] = {
      {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>"}},
     {ChatFormat::kQwen3, "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
      "<|im_end|>", {"<|im_start|>", "<think>", "</think>"}},
+    {ChatFormat::kChatml, "<|im_start|>user\n", "<|im_end|>\n<|im_start|>assistant\n", "<|im_end|>",
+     {"<|im_start|>", nullptr, nullptr}},
 };
 
 }  // namespace
@@ -45,13 +48,18 @@ ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string
   auto has = [&](std::string_view token) { return t.bpe_.token_id(token) >= 0; };
   ChatFormat& f = t.format_;
   if (format == "auto") {
-    f = has("<|start_header_id|>") ? ChatFormat::kLlama3 : has("<|im_start|>") ? ChatFormat::kQwen3 : ChatFormat::kNone;
+    f = has("<|start_header_id|>") ? ChatFormat::kLlama3
+        : has("<|im_start|>")      ? (has("<think>") ? ChatFormat::kQwen3 : ChatFormat::kChatml)
+                                   : ChatFormat::kNone;
   } else if (format == "llama3") {
     f = ChatFormat::kLlama3;
   } else if (format == "qwen3") {
     f = ChatFormat::kQwen3;
+  } else if (format == "chatml") {
+    f = ChatFormat::kChatml;
   } else {
-    FP8RL_REQUIRE(format == "none", "tokenizer.chat_format '{}' is not one of auto, llama3, qwen3, none", format);
+    FP8RL_REQUIRE(format == "none", "tokenizer.chat_format '{}' is not one of auto, llama3, qwen3, chatml, none",
+                  format);
   }
   auto id = [&](std::string_view token) {
     const int32_t i = t.bpe_.token_id(token);
@@ -71,7 +79,8 @@ ChatTokenizer ChatTokenizer::load(const std::filesystem::path& path, std::string
     t.before_prompt_ = fr.before;
     t.after_prompt_ = fr.after;
     t.eos_ = id(fr.eos);
-    for (const char* token : fr.needs) id(token);
+    for (const char* token : fr.needs)
+      if (token != nullptr) id(token);
   }
   const int32_t pad = t.bpe_.token_id("<|finetune_right_pad_id|>");
   t.pad_ = pad >= 0 ? pad : t.eos_;
@@ -122,11 +131,11 @@ std::vector<int32_t> ChatTokenizer::encode_observation(std::string_view text, bo
   if (!after_eos && format_ != ChatFormat::kNone) ids.push_back(eos_);
   std::string before;
   if (format_ == ChatFormat::kLlama3) before = "<|start_header_id|>ipython<|end_header_id|>\n\n";
-  if (format_ == ChatFormat::kQwen3) before = "\n<|im_start|>user\n<tool_response>\n";
+  const bool chatml = format_ == ChatFormat::kQwen3 || format_ == ChatFormat::kChatml;
+  if (chatml) before = "\n<|im_start|>user\n<tool_response>\n";
   const std::vector<int32_t> head = bpe_.encode(before, /*allow_special=*/true);
-  const std::vector<int32_t> body = bpe_.encode(format_ == ChatFormat::kQwen3 ? std::string(text) + "\n</tool_response>"
-                                                                               : std::string(text),
-                                                /*allow_special=*/false);
+  const std::vector<int32_t> body =
+      bpe_.encode(chatml ? std::string(text) + "\n</tool_response>" : std::string(text), /*allow_special=*/false);
   const std::vector<int32_t> tail = bpe_.encode(after_prompt_, /*allow_special=*/true);
   for (const std::vector<int32_t>* part : {&head, &body, &tail}) ids.insert(ids.end(), part->begin(), part->end());
   return ids;

@@ -2,7 +2,8 @@
 // chat framing per model family, as the Tokenizer the jobs use.
 //
 // Framings (`tokenizer.chat_format`; "auto" picks llama3 when the vocabulary has
-// <|start_header_id|>, qwen3 when it has <|im_start|>, else none):
+// <|start_header_id|>, qwen3 when it has <|im_start|> and <think>, chatml when it has
+// <|im_start|> alone (Qwen2 / Qwen2.5), else none):
 //   llama3  <|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>
 //           <|start_header_id|>assistant<|end_header_id|>\n\n          response ends: <|eot_id|>
 //           (Llama 3.0's template: the prompt trimmed as Python's str.strip() does, Unicode
@@ -11,6 +12,9 @@
 //   qwen3   <|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n
 //                                                                      response ends: <|im_end|>
 //           (Qwen3's template with enable_thinking=False)
+//   chatml  <|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n   response ends: <|im_end|>
+//           (Qwen2 / Qwen2.5's template less the default system turn those templates add when
+//           the conversation has none)
 //   none    <|begin_of_text|> if the vocabulary has it, then {prompt}; response ends with
 //           <|end_of_text|>, <|endoftext|> or </s>, the first the vocabulary has
 // As transformers' apply_chat_template does, the framed text is encoded in one piece with special
@@ -27,7 +31,7 @@
 
 namespace fp8rl {
 
-enum class ChatFormat : uint8_t { kNone, kLlama3, kQwen3 };
+enum class ChatFormat : uint8_t { kNone, kLlama3, kQwen3, kChatml };
 
 // `text` without the leading and trailing characters that Python's str.isspace() calls space
 // (what Jinja's `trim` filter, hence the Llama 3 chat template, removes).
@@ -36,7 +40,7 @@ const char* chat_format_name(ChatFormat format);
 
 class ChatTokenizer final : public Tokenizer {
  public:
-  // Loads `path` (a tokenizer.json). `format`: "auto", "llama3", "qwen3" or "none"; a format
+  // Loads `path` (a tokenizer.json). `format`: "auto", "llama3", "qwen3", "chatml" or "none"; a format
   // whose special tokens the vocabulary lacks is an Error naming the file and the token.
   static ChatTokenizer load(const std::filesystem::path& path, std::string_view format);
 
@@ -54,8 +58,8 @@ class ChatTokenizer final : public Tokenizer {
   // llama3: <|eot_id|>? <|start_header_id|>ipython<|end_header_id|>\n\n{text} + the prompt's closing
   //         framing (<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n), as Llama 3.1+'s
   //         template renders a tool result;
-  // qwen3:  <|im_end|>? \n<|im_start|>user\n<tool_response>\n{text}\n</tool_response> + the
-  //         prompt's closing framing, as Qwen3's template renders a tool message;
+  // qwen3, chatml: <|im_end|>? \n<|im_start|>user\n<tool_response>\n{text}\n</tool_response> +
+  //         the prompt's closing framing, as Qwen3's and Qwen2.5's templates render a tool message;
   // none:   the text.
   std::vector<int32_t> encode_observation(std::string_view text, bool after_eos) const override;
   std::string decode_transcript(std::span<const int32_t> ids) const override;

@@ -47,6 +47,22 @@ TEST(ModelSpec, EveryTensorOnceWithItsHfNameAndShape) {
   }
 }
 
+TEST(ModelSpec, Qwen2HasItsBiasesAndNoQkNorms) {
+  ModelConfig c = model_preset("tiny", 64);
+  c.qkv_bias = true;
+  EXPECT_EQ(tensor_spec(c, TensorRole::kQBias, 1).name, "model.layers.1.self_attn.q_proj.bias");
+  EXPECT_EQ(tensor_spec(c, TensorRole::kKBias, 0).shape, (Shape{c.kv_dim()}));
+  const TensorSpec v = tensor_spec(c, TensorRole::kVBias, 0);
+  EXPECT_FALSE(v.decay);
+  EXPECT_EQ(v.rule, PrecisionRule::kVector);
+  EXPECT_TRUE(is_bias(v.role));
+  EXPECT_EQ(bias_role(TensorRole::kV), TensorRole::kVBias);
+  for (const TensorSpec& t : layer_linears(c, 0)) EXPECT_FALSE(is_bias(t.role)) << "a bias is not a linear";
+  Transformer model(c, PrecisionPolicy{});
+  EXPECT_EQ(model.linear(TensorRole::kK, 1).bias(), model.weights().layers[1].bk);
+  EXPECT_EQ(model.linear(TensorRole::kO, 1).bias(), nullptr);
+}
+
 TEST(ModelSpec, LayerLinearsAreTheLayersMatricesInEngineOrder) {
   const ModelConfig c = model_preset("tiny-moe", 64);
   std::vector<TensorRole> roles;

@@ -56,6 +56,7 @@ TEST(HfModel, LoadsHfDirectoriesLikeThePyTorchReference) {
       {"llama_bf16_sharded_rope_scaling", "--arch llama --dtype bf16 --shards 3 --rope-scaling 1 --seed 1"},
       {"qwen3_f16_tied", "--arch qwen3 --dtype f16 --tie 1 --seed 2"},
       {"llama_f32_gqa4", "--arch llama --dtype f32 --heads 4 --kv-heads 1 --head-dim 32 --seed 3"},
+      {"qwen2_bf16_tied", "--arch qwen2 --dtype bf16 --tie 1 --seed 4"},
   };
   TokenBatch batch = random_batch(300, {40, 23, 9}, 40, 7);  // positions past rope scaling's 64? no: 0..39
   write_batch(tmp / "batch.safetensors", batch);
@@ -156,6 +157,52 @@ TEST(HfModel, Fp8AndBf16ExportsLoadBackWithBitIdenticalLogprobs) {
   EXPECT_LT(e.logits, kTolerance);
   EXPECT_LT(e.logprobs, kTolerance);
   std::printf("[ measured ] FP8 export read by the reference: max |logit error| %.2e, max |log-prob error| %.2e\n",
+              e.logits, e.logprobs);
+}
+
+// Qwen2 (biases on q, k and v) through both exports and back: config.json names the family, the
+// biases are stored, and the log-probs come back to the bit (trainable and frozen, FP8 and BF16);
+// the reference reads the FP8 export as fp8rl's FP32 model does.
+TEST(HfModel, Qwen2ExportsLoadBackWithBitIdenticalLogprobs) {
+  if (const std::string why = testing::python_oracle_unavailable("torch"); !why.empty()) GTEST_SKIP() << why;
+  testing::TempDir tmp;
+  TokenBatch batch = random_batch(300, {30, 17, 5}, 30, 12);
+  write_batch(tmp / "batch.safetensors", batch);
+  ModelConfig c = export_config();
+  c.qk_norm = false, c.qkv_bias = true;
+  Transformer fp8(c, fp8_policy());
+  fp8.init_random(6);
+  for (const ParamInfo& p : fp8.layout().tensors())
+    if (is_bias(p.role)) fill_uniform(fp8.params() + p.offset, p.shape.numel(), -0.5f, 0.5f, 7, static_cast<uint64_t>(p.offset));
+  fp8.refresh_weights();
+  export_hf_model(tmp / "fp8", fp8, {DType::kE4M3, {}, /*max_shard_bytes=*/100 << 10});
+  export_hf_model(tmp / "bf16", fp8, {});
+  const nlohmann::json config = read_json_file(tmp / "fp8" / "config.json");
+  EXPECT_EQ(config.at("model_type"), "qwen2");
+  EXPECT_EQ(config.at("architectures"), nlohmann::json({"Qwen2ForCausalLM"}));
+  EXPECT_FALSE(config.contains("attention_bias"));
+  const SafetensorsFile single = SafetensorsFile::open(tmp / "bf16" / "model.safetensors");
+  EXPECT_EQ(single.info("model.layers.1.self_attn.k_proj.bias").shape, (Shape{c.kv_dim()}));
+  EXPECT_EQ(load_model_config(tmp / "bf16").qkv_bias, true);
+
+  const Outputs before = fp8rl_forward(fp8, batch);
+  const Outputs after = fp8rl_forward(tmp / "fp8", fp8_policy(), batch);
+  EXPECT_EQ(0, std::memcmp(before.logprobs.data(), after.logprobs.data(), before.logprobs.size() * 4));
+  Transformer frozen = load_frozen_model(tmp / "fp8", fp8_policy(), /*band_rows=*/128);
+  std::vector<float> lp(static_cast<size_t>(batch.B * batch.T));
+  frozen.forward(batch, lp.data());
+  EXPECT_EQ(0, std::memcmp(lp.data(), before.logprobs.data(), lp.size() * 4)) << "frozen from the FP8 export";
+  Transformer reference = fp8.frozen_copy();  // the reference policy of a Qwen2 run
+  std::vector<float> lp_ref(lp.size());
+  reference.forward(batch, lp_ref.data());
+  EXPECT_EQ(0, std::memcmp(lp_ref.data(), before.logprobs.data(), lp.size() * 4)) << "frozen_copy";
+
+  run_reference(fmt::format("logprobs {0}/fp8 {0}/batch.safetensors {0}/fp8.out", tmp.path().string()));
+  const MaxError e =
+      compare(fp8rl_forward(tmp / "fp8", PrecisionPolicy::fp32(), batch), reference_outputs(tmp / "fp8.out"), batch, 300);
+  EXPECT_LT(e.logits, kTolerance);
+  EXPECT_LT(e.logprobs, kTolerance);
+  std::printf("[ measured ] Qwen2 FP8 export read by the reference: max |logit error| %.2e, max |log-prob error| %.2e\n",
               e.logits, e.logprobs);
 }
 

@@ -84,6 +84,16 @@ TEST(TransformerGradMoe, FiniteDifferencesAgreeInFp32) {
   }
 }
 
+// Qwen2: biases on q, k and v (their gradients are the column sums of the projections' dy).
+TEST(TransformerGradQwen2, FiniteDifferencesAgreeInFp32) {
+  for (bool tied : {true, false}) {
+    ModelConfig c = micro_config(false, tied);
+    c.qkv_bias = true;
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    expect_fp32_gradients_match_finite_differences(c);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, TransformerGrad,
                          ::testing::Values(std::make_pair(false, true), std::make_pair(true, true),
                                            std::make_pair(true, false)));

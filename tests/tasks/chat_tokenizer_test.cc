@@ -112,6 +112,31 @@ TEST(ChatTokenizer, Qwen3AndPlainFramingsOnToyVocabularies) {
   EXPECT_EQ(l.eos(), 260);
 }
 
+// Qwen2 / Qwen2.5 vocabularies have <|im_start|> but no <think>: ChatML without Qwen3's empty
+// thinking block, and the same tool messages.
+// ctest-label: quick
+TEST(ChatTokenizer, ChatmlFramingForQwen2Vocabularies) {
+  testing::TempDir tmp;
+  const fs::path path = tmp.write("qwen2/tokenizer.json",
+                                  testing::byte_level_tokenizer_json({{"<|endoftext|>", true},
+                                                                      {"<|im_start|>", true},
+                                                                      {"<|im_end|>", true}}));
+  const ChatTokenizer c = ChatTokenizer::load(path, "auto");
+  EXPECT_EQ(c.format(), ChatFormat::kChatml);
+  EXPECT_STREQ(chat_format_name(c.format()), "chatml");
+  EXPECT_EQ(c.eos(), 258);  // <|im_end|>
+  EXPECT_EQ(c.encode_prompt("1+2"), c.bpe().encode("<|im_start|>user\n1+2<|im_end|>\n<|im_start|>assistant\n"));
+  EXPECT_EQ(c.encode_observation("7", /*after_eos=*/true),
+            c.bpe().encode("\n<|im_start|>user\n<tool_response>\n7\n</tool_response><|im_end|>\n<|im_start|>assistant\n"));
+  EXPECT_EQ(ChatTokenizer::load(path, "chatml").format(), ChatFormat::kChatml);
+  try {
+    ChatTokenizer::load(path, "qwen3");
+    ADD_FAILURE() << "qwen3 framing without <think>";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("<think>"));
+  }
+}
+
 // ctest-label: quick
 TEST(ChatTokenizer, AFramingTheVocabularyLacksIsAnErrorNamingFileAndToken) {
   testing::TempDir tmp;
@@ -127,7 +152,8 @@ TEST(ChatTokenizer, AFramingTheVocabularyLacksIsAnErrorNamingFileAndToken) {
   EXPECT_THAT(message("llama3"), HasSubstr("needs the token '<|eot_id|>'"));
   EXPECT_THAT(message("llama3"), HasSubstr(path.string()));
   EXPECT_THAT(message("qwen3"), HasSubstr("'<|im_end|>'"));
-  EXPECT_THAT(message("chatml"), HasSubstr("not one of auto, llama3, qwen3, none"));
+  EXPECT_THAT(message("chatml"), HasSubstr("'<|im_end|>'"));
+  EXPECT_THAT(message("mistral"), HasSubstr("not one of auto, llama3, qwen3, chatml, none"));
   EXPECT_EQ(ChatTokenizer::load(path, "auto").format(), ChatFormat::kNone);
   EXPECT_EQ(ChatTokenizer::load(path, "auto").eos(), 256);
 }

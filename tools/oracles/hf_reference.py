@@ -1,13 +1,13 @@
 #!/usr/bin/python3
-"""Independent float64 PyTorch reference for HF Llama / Qwen3 / Qwen3-MoE model directories.
+"""Independent float64 PyTorch reference for HF Llama / Qwen2 / Qwen3 / Qwen3-MoE model directories.
 
-Written from the published semantics of HF transformers' modeling_llama.py / modeling_qwen3.py /
-modeling_qwen3_moe.py, not from fp8rl's code. Debian has no `safetensors` or `transformers`, so
+Written from the published semantics of HF transformers' modeling_llama.py / modeling_qwen2.py /
+modeling_qwen3.py / modeling_qwen3_moe.py, not from fp8rl's code. Debian has no `safetensors` or `transformers`, so
 the safetensors format (u64 LE header length N | N-byte JSON header | data buffer) is read and
 written here.
 
 Usage (Debian's /usr/bin/python3, torch 1.13, numpy):
-  hf_reference.py make-checkpoint OUT_DIR --arch llama|qwen3|qwen3_moe [--dtype f32|bf16|f16]
+  hf_reference.py make-checkpoint OUT_DIR --arch llama|qwen2|qwen3|qwen3_moe [--dtype f32|bf16|f16]
         [--shards N] [--seed S] [--vocab V] [--hidden C] [--layers L] [--heads H] [--kv-heads K]
         [--head-dim D] [--intermediate F] [--tie 0|1] [--rope-scaling 0|1] [--max-pos P]
         [--rope-theta T] [--eps E]
@@ -193,14 +193,20 @@ def rotate_half(x):
 
 
 def attention(cfg, w, p, x, cos, sin, is_qwen3):
-    """HF self-attention: q/k/v projections, (Qwen3) per-head q_norm/k_norm, rotate_half RoPE,
-    repeat_kv for GQA, causal softmax(q k^T / sqrt(D)) v, o_proj."""
+    """HF self-attention: q/k/v projections (Qwen2: with biases), (Qwen3) per-head
+    q_norm/k_norm, rotate_half RoPE, repeat_kv for GQA, causal softmax(q k^T / sqrt(D)) v,
+    o_proj."""
     b, t, _ = x.shape
     h, k = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim") or cfg["hidden_size"] // h
-    q = (x @ w[p + "q_proj.weight"].T).view(b, t, h, d)
-    kk = (x @ w[p + "k_proj.weight"].T).view(b, t, k, d)
-    v = (x @ w[p + "v_proj.weight"].T).view(b, t, k, d)
+    qwen2 = cfg.get("model_type") == "qwen2"
+
+    def proj(name):
+        y = x @ w[p + name + ".weight"].T
+        return y + w[p + name + ".bias"] if qwen2 else y
+    q = proj("q_proj").view(b, t, h, d)
+    kk = proj("k_proj").view(b, t, k, d)
+    v = proj("v_proj").view(b, t, k, d)
     if is_qwen3:
         q = rms_norm(q, w[p + "q_norm.weight"], cfg["rms_norm_eps"])
         kk = rms_norm(kk, w[p + "k_norm.weight"], cfg["rms_norm_eps"])
@@ -254,7 +260,7 @@ def forward(cfg, w, tokens, margins=None):
     """tokens [B, T] (long) -> float64 logits [B, T, V]; positions are 0..T-1. margins: see
     moe_mlp (one [B, T] per MoE layer)."""
     is_qwen3 = cfg.get("model_type") in ("qwen3", "qwen3_moe")  # q/k norm
-    if not is_qwen3 and cfg.get("model_type") != "llama":
+    if not is_qwen3 and cfg.get("model_type") not in ("llama", "qwen2"):
         sys.exit(f"hf_reference: unsupported model_type {cfg.get('model_type')!r}")
     eps, t = cfg["rms_norm_eps"], tokens.shape[1]
     d = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -306,7 +312,9 @@ def layer_shapes(a, i):
     """(name, shape) of decoder layer i's tensors, in checkpoint order."""
     c, d, f = a.hidden, a.head_dim, a.intermediate
     qd, kd = a.heads * d, a.kv_heads * d
-    qk_norm = [("self_attn.q_norm", [d]), ("self_attn.k_norm", [d])] if a.arch != "llama" else []
+    qk_norm = [("self_attn.q_norm", [d]), ("self_attn.k_norm", [d])] if a.arch.startswith("qwen3") else []
+    bias = ([("self_attn.q_proj.bias", [qd]), ("self_attn.k_proj.bias", [kd]), ("self_attn.v_proj.bias", [kd])]
+            if a.arch == "qwen2" else [])
 
     def swiglu(p, f):
         return [(p + "gate_proj", [f, c]), (p + "up_proj", [f, c]), (p + "down_proj", [c, f])]
@@ -316,7 +324,7 @@ def layer_shapes(a, i):
     else:
         mlp = swiglu("mlp.", f)
     return ([("input_layernorm", [c]), ("self_attn.q_proj", [qd, c]), ("self_attn.k_proj", [kd, c]),
-             ("self_attn.v_proj", [kd, c]), ("self_attn.o_proj", [c, qd])] + qk_norm +
+             ("self_attn.v_proj", [kd, c])] + bias + [("self_attn.o_proj", [c, qd])] + qk_norm +
             [("post_attention_layernorm", [c])] + mlp)
 
 
@@ -324,13 +332,16 @@ def checkpoint_tensors(a, gen):
     """Random HF-named float32 tensors in checkpoint order: matrices normal with std 0.05
     (embedding 0.5, so that logits are not flat; an MoE router 0.2, so that its logits spread
     about 1.6 and no token's k-th and (k+1)-th experts are near a tie), norm weights
-    1 + 0.1 * normal."""
+    1 + 0.1 * normal, biases 0.5 * normal (large enough to move every logit)."""
     shapes = [("model.embed_tokens", [a.vocab, a.hidden])]
     shapes += [(f"model.layers.{i}.{n}", s) for i in range(a.layers) for n, s in layer_shapes(a, i)]
     shapes += [("model.norm", [a.hidden])] + ([] if a.tie else [("lm_head", [a.vocab, a.hidden])])
     out = {}
     for name, shape in shapes:
         x = torch.randn(*shape, generator=gen)
+        if name.endswith(".bias"):
+            out[name] = 0.5 * x
+            continue
         std = 0.5 if name == "model.embed_tokens" else 0.2 if name.endswith(".mlp.gate") else 0.05
         out[name + ".weight"] = 1.0 + 0.1 * x if len(shape) == 1 else std * x
     return out
@@ -346,8 +357,10 @@ def moe_config(a):
 
 
 def hf_config(a, dtype):
-    names = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
+    names = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
              "qwen3_moe": "Qwen3MoeForCausalLM"}
+    # Qwen2Config has no attention_bias key: its q, k and v biases are the architecture's.
+    bias = {"use_sliding_window": False} if a.arch == "qwen2" else {"attention_bias": False}
     return {
         "architectures": [names[a.arch]],
         "model_type": a.arch, "vocab_size": a.vocab, "hidden_size": a.hidden,
@@ -356,7 +369,7 @@ def hf_config(a, dtype):
         "head_dim": a.head_dim, "max_position_embeddings": a.max_pos, "rms_norm_eps": a.eps,
         "rope_theta": a.rope_theta, "rope_scaling": LLAMA3_SCALING if a.rope_scaling else None,
         "tie_word_embeddings": bool(a.tie), "hidden_act": "silu",
-        "torch_dtype": HF_DTYPE_NAMES[dtype], "attention_bias": False,
+        "torch_dtype": HF_DTYPE_NAMES[dtype], **bias,
         "bos_token_id": 1, "eos_token_id": 2, **moe_config(a)}
 
 
@@ -518,7 +531,7 @@ def parser():
     sub = ap.add_subparsers(dest="cmd", required=True)
     mk = sub.add_parser("make-checkpoint")
     mk.add_argument("out_dir")
-    mk.add_argument("--arch", choices=["llama", "qwen3", "qwen3_moe"], required=True)
+    mk.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "qwen3_moe"], required=True)
     mk.add_argument("--dtype", choices=list(DTYPE_ARGS), default="bf16")
     for flag, default in [("shards", 1), ("seed", 0), ("vocab", 300), ("hidden", 64),
                           ("layers", 2), ("heads", 4), ("kv-heads", 2), ("head-dim", 16),
