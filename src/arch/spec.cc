@@ -223,10 +223,10 @@ const char* tensor_role_name(TensorRole role) {
   return "?";
 }
 
-std::string module_name(const TensorSpec& spec) {
+std::string module_name(std::string_view tensor_name) {
   constexpr std::string_view kWeight = ".weight";
-  FP8RL_CHECK(spec.name.ends_with(kWeight), "tensor '{}' is not a module's weight", spec.name);
-  return spec.name.substr(0, spec.name.size() - kWeight.size());
+  FP8RL_CHECK(tensor_name.ends_with(kWeight), "tensor '{}' is not a module's weight", tensor_name);
+  return std::string(tensor_name.substr(0, tensor_name.size() - kWeight.size()));
 }
 
 }  // namespace fp8rl

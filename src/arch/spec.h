@@ -110,6 +110,6 @@ bool is_layer_linear(TensorRole role);
 // The role's name for messages and the Hugging Face module suffix of a layer linear
 // ("self_attn.q_proj", "mlp.experts.3.up_proj", ...): the name without ".weight".
 const char* tensor_role_name(TensorRole role);
-std::string module_name(const TensorSpec& spec);
+std::string module_name(std::string_view tensor_name);
 
 }  // namespace fp8rl

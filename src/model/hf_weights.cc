@@ -337,7 +337,7 @@ void export_hf_model(const fs::path& dir, const Transformer& model, const HfExpo
                                                                        DType::kF32, Shape{ss.rows, ss.cols})});
       continue;
     }
-    if (fp8 && (is_layer_linear || p.role == TensorRole::kLmHead)) kept_bf16.push_back(module_name(p));
+    if (fp8 && (is_layer_linear || p.role == TensorRole::kLmHead)) kept_bf16.push_back(module_name(p.name));
     if (p.shape.rank == 1) {
       entries.push_back({p.name, TensorView::contiguous(master, DType::kF32, p.shape)});
       continue;
@@ -346,11 +346,8 @@ void export_hf_model(const fs::path& dir, const Transformer& model, const HfExpo
     for (size_t i = 0; i < b.size(); ++i) b[i] = f32_to_bf16(master[i]);
     entries.push_back({p.name, TensorView::contiguous(b.data(), DType::kBF16, p.shape)});
   }
-  if (fp8 && model.config().tie_embeddings) {  // the head, a module of its own in HF's model, is the embedding
-    TensorSpec head;
-    head.name = tensor_name(TensorRole::kLmHead);
-    kept_bf16.push_back(module_name(head));
-  }
+  // The head, a module of its own in HF's model, is the embedding here.
+  if (fp8 && model.config().tie_embeddings) kept_bf16.push_back(module_name(tensor_name(TensorRole::kLmHead)));
 
   // Shards: consecutive tensors up to max_shard_bytes each.
   std::vector<std::vector<const Entry*>> shards(1);

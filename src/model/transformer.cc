@@ -413,15 +413,9 @@ const Linear& Transformer::linear(TensorRole role, int64_t layer, int64_t expert
   FP8RL_CHECK(layer >= 0 && layer < config_.n_layers, "linear '{}': layer {} outside [0, {})", tensor_role_name(role),
               layer, config_.n_layers);
   const LayerLinears& ll = linears_[static_cast<size_t>(layer)];
-  if (ll.is_moe && (role == TensorRole::kRouter || role == TensorRole::kExpertGate || role == TensorRole::kExpertUp ||
-                    role == TensorRole::kExpertDown))
-    return ll.moe.linear(role, expert);
-  const Linear* dense = ll.is_moe && !(role == TensorRole::kQ || role == TensorRole::kK || role == TensorRole::kV ||
-                                       role == TensorRole::kO)
-                            ? nullptr
-                            : ll.dense(role);
-  FP8RL_CHECK(dense != nullptr, "layer {} has no linear '{}'", layer, tensor_role_name(role));
-  return *dense;
+  if (const Linear* dense = ll.dense(role)) return *dense;
+  FP8RL_CHECK(ll.is_moe, "layer {} has no linear '{}'", layer, tensor_role_name(role));
+  return ll.moe.linear(role, expert);  // the router or an expert's; throws for any other role
 }
 
 void Transformer::install_fp8_weights(std::string_view name, const QuantizedMatrix& w) {
@@ -436,6 +430,8 @@ Linear* Transformer::LayerLinears::dense(TensorRole role) {
 }
 
 const Linear* Transformer::LayerLinears::dense(TensorRole role) const {
+  const bool mlp = role == TensorRole::kGate || role == TensorRole::kUp || role == TensorRole::kDown;
+  if (is_moe && mlp) return nullptr;  // an MoE layer's MLP is its experts'
   switch (role) {
     case TensorRole::kQ: return &q;
     case TensorRole::kK: return &k;
